@@ -1,0 +1,143 @@
+"""The typed shape of ``llm-router.yml``: key names and nesting follow the seed's *Configuration Model*.
+
+These pydantic models only check shape and local bounds. Cross-references and policy rules
+(duplicate ids, unknown providers, unsafe URLs, capability coverage, ...) live in
+``tollway.config.validate`` so every problem is reported at once with its YAML path.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AdmissionConfig",
+    "CircuitBreakerConfig",
+    "CredentialConfig",
+    "KeyConfig",
+    "ModelConfig",
+    "PrincipalConfig",
+    "ProviderConfig",
+    "RouteConfig",
+    "RouterConfig",
+    "RoutingConfig",
+]
+
+Capability = Literal["streaming", "tools", "vision", "json_object", "json_schema"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class CredentialConfig(_Model):
+    id: str
+    secretRef: str = Field(min_length=1)
+    """``env:NAME`` locally; ``aws-sm:<secret-id>[#json-key]`` on AWS."""
+    lifecycle: Literal["current", "next", "retiring"] = "current"
+
+
+class ProviderConfig(_Model):
+    type: Literal["openai", "anthropic", "openai-compatible"]
+    baseUrl: str
+    providerAccountId: str | None = None
+    quotaGroupId: str | None = None
+    authMode: Literal["api-key", "none"] = "api-key"
+    credentials: list[CredentialConfig] = Field(default_factory=list)
+    connectTimeoutMs: int = 3000
+    requestTimeoutMs: int = 90000
+    maxConnections: int = 256
+    allowInsecureHttp: bool = False
+    """Plain http is refused unless the host is loopback or this is set explicitly."""
+    anthropicVersion: str = "2023-06-01"
+
+
+class RouteConfig(_Model):
+    id: str
+    provider: str
+    model: str
+    providerFormat: str
+    priority: int = 0
+    weight: int = 100
+    regions: list[str] = Field(default_factory=list)
+    capabilities: list[str] | None = None
+    """Narrows what this route can serve; defaults to everything its provider format can do."""
+
+
+class ModelConfig(_Model):
+    name: str
+    clientFormats: list[str] = Field(default_factory=lambda: ["openai-chat-completions"])
+    operations: list[str] = Field(default_factory=lambda: ["chat"])
+    processingMode: str = "normalized"
+    capabilities: list[str] = Field(default_factory=lambda: ["streaming"])
+    maxInputTokens: int = 128000
+    maxOutputTokens: int = 8192
+    defaultMaxOutputTokens: int | None = None
+    dataClassifications: list[str] = Field(default_factory=list)
+    regions: list[str] = Field(default_factory=list)
+    allowedParameters: list[str] = Field(default_factory=list)
+    """Pass-through fields this alias accepts beyond the compatibility profile."""
+    unsupportedParameterPolicy: str | None = None
+    routes: list[RouteConfig]
+
+
+class CircuitBreakerConfig(_Model):
+    failureThreshold: int = 5
+    resetTimeoutMs: int = 30000
+    halfOpenRequests: int = 1
+
+
+class RoutingConfig(_Model):
+    strategy: str = "priority-weighted"
+    maxAttempts: int = 3
+    baseBackoffMs: int = 100
+    maxBackoffMs: int = 2000
+    retryStatuses: list[int] = Field(default_factory=lambda: [408, 429, 500, 502, 503, 504])
+    circuitBreaker: CircuitBreakerConfig = Field(default_factory=CircuitBreakerConfig)
+    sessionHeader: str = "X-Tollway-Session-Id"
+
+
+class AdmissionConfig(_Model):
+    maxQueuedRequests: int = 0
+    maxQueueWaitMs: int = 0
+    overloadStatus: Literal[429, 503] = 503
+    streamBufferEvents: int = 32
+    streamSetupTimeoutMs: int = 5000
+    maxStreamLifetimeMs: int = 120000
+    downstreamWriteProgressTimeoutMs: int = 10000
+    minStreamDrainBytesPerSecond: int = 256
+    bodyReadTimeoutMs: int = 10000
+
+
+class KeyConfig(_Model):
+    id: str
+    sha256: str | None = None
+    secretRef: str | None = None
+
+
+class PrincipalConfig(_Model):
+    id: str
+    tenant: str
+    team: str | None = None
+    kind: Literal["service", "user", "agent"] = "service"
+    roles: list[str] = Field(default_factory=list)
+    allowedModels: list[str] = Field(default_factory=list)
+    keys: list[KeyConfig] = Field(default_factory=list)
+
+
+class RouterConfig(_Model):
+    enabled: bool = True
+    pathPrefix: str = "/v1"
+    maxRequestBodyBytes: int = 4 * 1024 * 1024
+    maxResponseBodyBytes: int = 16 * 1024 * 1024
+    requestTimeoutMs: int = 120000
+    streamIdleTimeoutMs: int = 30000
+    maxConcurrentRequests: int = 1024
+    maxConcurrentStreams: int = 512
+    unsupportedParameterPolicy: str = "reject"
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    models: list[ModelConfig] = Field(default_factory=list)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    principals: list[PrincipalConfig] = Field(default_factory=list)

@@ -1,0 +1,262 @@
+"""Tollway's one exception hierarchy.
+
+Every error a client can see is a ``GatewayError``: it carries the HTTP status and the
+normalized OpenAI-envelope ``code`` from DESIGN.md §3, and a message that is safe to show
+(no provider name, physical model, URL, key id or raw provider body).
+
+``UpstreamError`` is what a transport or codec reports about one physical attempt. It is
+typed by ``category`` so the retry coordinator decides without string heuristics, and it is
+translated into a client-facing ``GatewayError`` only at the end of the attempt budget.
+
+::
+
+    TollwayError
+    ├── ConfigError                      invalid llm-router.yml (carries every issue with its path)
+    ├── GatewayError                     client-visible, rendered as the OpenAI error envelope
+    │   ├── InvalidRequest               400 invalid_request
+    │   │   ├── UnsupportedParameter     400 unsupported_parameter
+    │   │   └── ContextLengthExceeded    400 context_length_exceeded
+    │   ├── AuthenticationFailed         401 authentication_error
+    │   ├── PermissionDenied             403 permission_denied
+    │   ├── ModelNotFound                404 model_not_found
+    │   ├── RequestTooLarge              413 request_too_large
+    │   ├── UnsupportedMediaType         415 unsupported_media_type
+    │   ├── RateLimited                  429 rate_limited
+    │   ├── BudgetExceeded               429 budget_exceeded
+    │   ├── ProviderFailed               502 provider_error
+    │   ├── ModelUnavailable             503 model_unavailable
+    │   ├── Overloaded                   503 overloaded
+    │   └── DeadlineExceeded             504 deadline_exceeded
+    └── UpstreamError                    one attempt failed; typed by UpstreamCategory
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = [
+    "AuthenticationFailed",
+    "BudgetExceeded",
+    "ConfigError",
+    "ConfigIssue",
+    "ContextLengthExceeded",
+    "DeadlineExceeded",
+    "GatewayError",
+    "InvalidRequest",
+    "ModelNotFound",
+    "ModelUnavailable",
+    "Overloaded",
+    "PermissionDenied",
+    "ProviderFailed",
+    "RateLimited",
+    "RequestTooLarge",
+    "TollwayError",
+    "UnsupportedMediaType",
+    "UnsupportedParameter",
+    "UpstreamCategory",
+    "UpstreamError",
+]
+
+
+class TollwayError(Exception):
+    """Root of every error Tollway raises on purpose."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigIssue:
+    """One validation problem, located by its YAML path (``models[0].routes[1].provider``)."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path or '<root>'}: {self.message}"
+
+
+class ConfigError(TollwayError):
+    def __init__(self, issues: list[ConfigIssue]) -> None:
+        self.issues = issues
+        super().__init__("; ".join(str(i) for i in issues) or "invalid configuration")
+
+
+class GatewayError(TollwayError):
+    status: int = 500
+    code: str = "internal_error"
+    type: str = "server_error"
+    default_message: str = "The gateway could not complete the request."
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        param: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.message = message or self.default_message
+        self.param = param
+        self.retry_after = retry_after
+        super().__init__(self.message)
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    code = "invalid_request"
+    type = "invalid_request_error"
+    default_message = "The request is invalid."
+
+
+class UnsupportedParameter(InvalidRequest):
+    code = "unsupported_parameter"
+    default_message = "The request contains a parameter this model does not support."
+
+
+class ContextLengthExceeded(InvalidRequest):
+    code = "context_length_exceeded"
+    default_message = "The request exceeds the model's context length."
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+    code = "authentication_error"
+    type = "authentication_error"
+    default_message = "Invalid or missing API key."
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    code = "permission_denied"
+    type = "permission_error"
+    default_message = "The caller may not perform this request."
+
+
+class ModelNotFound(GatewayError):
+    status = 404
+    code = "model_not_found"
+    type = "invalid_request_error"
+    default_message = "The model does not exist or you do not have access to it."
+
+
+class RequestTooLarge(GatewayError):
+    status = 413
+    code = "request_too_large"
+    type = "invalid_request_error"
+    default_message = "The request body is too large."
+
+
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    code = "unsupported_media_type"
+    type = "invalid_request_error"
+    default_message = "Content-Type must be application/json."
+
+
+class RateLimited(GatewayError):
+    status = 429
+    code = "rate_limited"
+    type = "rate_limit_error"
+    default_message = "Rate limit reached. Retry later."
+
+
+class BudgetExceeded(GatewayError):
+    status = 429
+    code = "budget_exceeded"
+    type = "insufficient_quota"
+    default_message = "The budget for this request's scope is exhausted."
+
+
+class ProviderFailed(GatewayError):
+    status = 502
+    code = "provider_error"
+    type = "server_error"
+    default_message = "The model provider returned an error."
+
+
+class ModelUnavailable(GatewayError):
+    status = 503
+    code = "model_unavailable"
+    type = "server_error"
+    default_message = "The selected model is temporarily unavailable."
+
+
+class Overloaded(GatewayError):
+    status = 503
+    code = "overloaded"
+    type = "server_error"
+    default_message = "The gateway is overloaded. Retry later."
+
+
+class DeadlineExceeded(GatewayError):
+    status = 504
+    code = "deadline_exceeded"
+    type = "server_error"
+    default_message = "The request did not complete within its deadline."
+
+
+class UpstreamCategory(enum.Enum):
+    """What went wrong in one physical attempt; decides retry and the client-visible error."""
+
+    AUTHENTICATION = "authentication"
+    PERMISSION = "permission"
+    RATE_LIMIT = "rate_limit"
+    INVALID_REQUEST = "invalid_request"
+    CONTEXT_LENGTH = "context_length"
+    NOT_FOUND = "not_found"
+    SERVER = "server"
+    OVERLOADED = "overloaded"
+    TIMEOUT = "timeout"
+    CONNECT = "connect"
+    MALFORMED = "malformed"
+    SAFETY = "safety"
+
+
+_RETRYABLE = frozenset(
+    {
+        UpstreamCategory.RATE_LIMIT,
+        UpstreamCategory.SERVER,
+        UpstreamCategory.OVERLOADED,
+        UpstreamCategory.TIMEOUT,
+        UpstreamCategory.CONNECT,
+        UpstreamCategory.MALFORMED,
+    }
+)
+
+
+class UpstreamError(TollwayError):
+    """One failed attempt. ``detail`` is for audit/diagnostics only and never reaches a client."""
+
+    def __init__(
+        self,
+        category: UpstreamCategory,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        detail: str = "",
+    ) -> None:
+        self.category = category
+        self.status = status
+        self.retry_after = retry_after
+        self.detail = detail
+        super().__init__(f"upstream {category.value}" + (f" (HTTP {status})" if status else ""))
+
+    @property
+    def retryable(self) -> bool:
+        return self.category in _RETRYABLE
+
+    def to_gateway_error(self) -> GatewayError:
+        """The sanitized error a client sees when this was the last attempt."""
+        c = self.category
+        if c is UpstreamCategory.CONTEXT_LENGTH:
+            return ContextLengthExceeded()
+        if c is UpstreamCategory.INVALID_REQUEST:
+            return InvalidRequest("The model provider rejected the request as invalid.")
+        if c is UpstreamCategory.RATE_LIMIT:
+            return RateLimited(
+                "The model is rate limited. Retry later.",
+                retry_after=self.retry_after,
+            )
+        if c is UpstreamCategory.TIMEOUT:
+            return DeadlineExceeded("The model provider did not answer in time.")
+        if c in (UpstreamCategory.OVERLOADED, UpstreamCategory.CONNECT):
+            return ModelUnavailable(retry_after=self.retry_after)
+        return ProviderFailed()
