@@ -1,1 +1,41 @@
-"""Tollway."""
+"""Provider codecs: pure translation between the canonical types and each provider's wire format.
+
+``codec_for`` returns the one shared, stateless codec of a format; ``FORMAT_CAPABILITIES``
+says what each format can represent, so configuration can refuse a route that would
+have to drop a feature a model is declared to have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tollway.providers.anthropic_messages import AnthropicMessagesCodec
+from tollway.providers.base import ProviderCodec, ProviderFormat, SseEvent, Target, UpstreamRequest
+from tollway.providers.openai_chat import OpenAIChatCodec
+
+__all__ = [
+    "FORMAT_CAPABILITIES",
+    "AnthropicMessagesCodec",
+    "OpenAIChatCodec",
+    "ProviderCodec",
+    "ProviderFormat",
+    "SseEvent",
+    "Target",
+    "UpstreamRequest",
+    "codec_for",
+]
+
+FORMAT_CAPABILITIES: dict[ProviderFormat, frozenset[str]] = {
+    ProviderFormat.OPENAI_CHAT: frozenset({"streaming", "tools", "vision", "json_object", "json_schema"}),
+    ProviderFormat.ANTHROPIC_MESSAGES: frozenset({"streaming", "tools", "vision"}),
+}
+
+_CODECS: Mapping[ProviderFormat, ProviderCodec] = {
+    ProviderFormat.OPENAI_CHAT: OpenAIChatCodec(),
+    ProviderFormat.ANTHROPIC_MESSAGES: AnthropicMessagesCodec(),
+}
+
+
+def codec_for(fmt: ProviderFormat) -> ProviderCodec:
+    """The shared codec of ``fmt``; codecs hold no per-request state, so one instance serves all."""
+    return _CODECS[fmt]

@@ -1,0 +1,229 @@
+"""The ``tollway`` command: ``up``, ``serve`` and ``config validate``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import multiprocessing
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+log = logging.getLogger("tollway.cli")
+
+
+def _configure_logging(level: str, access_log: bool) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    logging.getLogger("tollway.access").setLevel(logging.INFO if access_log else logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _worker(sock: socket.socket, config_path: str, log_level: str, access_log: bool) -> None:
+    import uvicorn
+
+    from tollway.server.app import create_app
+
+    _configure_logging(log_level, access_log)
+    config = uvicorn.Config(
+        app=lambda: create_app(config_path),
+        factory=True,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        access_log=False,
+        log_level="warning",
+        timeout_keep_alive=30,
+        h11_max_incomplete_event_size=64 * 1024,
+    )
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def _supervise(sock: socket.socket, config_path: str, workers: int, log_level: str, access_log: bool) -> None:
+    """Run ``workers`` processes on one listening socket; forward SIGHUP, respawn crashes."""
+    ctx = multiprocessing.get_context("spawn")
+    procs: list[Any] = []
+    stopping = False
+
+    def spawn() -> Any:
+        proc = ctx.Process(target=_worker, args=(sock, config_path, log_level, access_log), daemon=False)
+        proc.start()
+        return proc
+
+    def on_hup(signum: int, frame: object) -> None:
+        for p in procs:
+            if p.pid:
+                os.kill(p.pid, signal.SIGHUP)
+
+    def on_stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGHUP, on_hup)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGTERM, on_stop)
+    procs.extend(spawn() for _ in range(workers))
+    while not stopping:
+        time.sleep(0.2)
+        for i, p in enumerate(procs):
+            if not p.is_alive() and not stopping:
+                log.error("worker %s exited with %s; restarting", p.pid, p.exitcode)
+                procs[i] = spawn()
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=10)
+
+
+def serve(config_path: str, host: str, port: int, workers: int, log_level: str, access_log: bool) -> None:
+    from tollway.config.loader import load_config
+    from tollway.exceptions import ConfigError
+
+    _configure_logging(log_level, access_log)
+    try:
+        load_config(Path(config_path))
+    except ConfigError as exc:
+        _print_issues(config_path, exc)
+        raise SystemExit(2) from None
+    sock = bind_socket(host, port)
+    actual = sock.getsockname()[1]
+    print(f"Tollway listening on http://{host}:{actual}/v1 ({workers} worker(s))", flush=True)
+    if workers == 1:
+        _worker(sock, config_path, log_level, access_log)
+    else:
+        _supervise(sock, config_path, workers, log_level, access_log)
+
+
+def _print_issues(path: str, exc: Any) -> None:
+    print(f"{path}: invalid configuration", file=sys.stderr)
+    for issue in exc.issues:
+        print(f"  {issue}", file=sys.stderr)
+
+
+def _start_mock(host: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tollway.mock", "--host", host, "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    prefix = "mock listening on "
+    if not line.startswith(prefix):
+        proc.kill()
+        raise SystemExit(f"mock providers failed to start: {line!r}")
+    return proc, line[len(prefix) :]
+
+
+def up(args: argparse.Namespace) -> None:
+    """Start the embedded default: bundled mock providers plus the gateway on the example config."""
+    config = args.config or str(resources.files("tollway") / "examples" / "llm-router.yml")
+    mock, mock_url = _start_mock(args.host)
+    demo_key = os.environ.get("TOLLWAY_DEMO_KEY") or "tw-demo-" + secrets.token_urlsafe(24)
+    os.environ["TOLLWAY_DEMO_KEY"] = demo_key
+    os.environ.setdefault("TOLLWAY_MOCK_URL", mock_url)
+    os.environ.setdefault("TOLLWAY_MOCK_PROVIDER_KEY", "mock-" + secrets.token_urlsafe(16))
+    base = f"http://{args.host}:{args.port}/v1"
+    print(
+        "\n".join(
+            [
+                "Tollway is starting on its embedded default (bundled mock providers).",
+                f"  base URL : {base}",
+                f"  demo key : {demo_key}",
+                "  models   : chat-fast-v1 (OpenAI-format mock), chat-claude-v1 (Anthropic-format mock)",
+                "",
+                "  from openai import OpenAI",
+                f'  client = OpenAI(base_url="{base}", api_key="{demo_key}")',
+                '  client.chat.completions.create(model="chat-fast-v1", messages=[{"role": "user", "content": "hi"}])',
+                "",
+                "Press Ctrl-C to stop.",
+            ]
+        ),
+        flush=True,
+    )
+    try:
+        serve(config, args.host, args.port, args.workers, args.log_level, not args.no_access_log)
+    finally:
+        mock.terminate()
+        try:
+            mock.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            mock.kill()
+
+
+def config_validate(path: str) -> int:
+    from tollway.config.loader import load_config
+    from tollway.exceptions import ConfigError
+
+    try:
+        cfg = load_config(Path(path))
+    except ConfigError as exc:
+        _print_issues(path, exc)
+        return 1
+    print(f"{path}: ok ({len(cfg.models)} aliases, {len(cfg.providers)} providers, {len(cfg.principals)} principals)")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tollway", description="Tollway LLM gateway")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser, port: int) -> None:
+        p.add_argument("--host", default="127.0.0.1")
+        p.add_argument("--port", type=int, default=port)
+        p.add_argument("--workers", type=int, default=1)
+        p.add_argument("--log-level", default="info")
+
+    p_up = sub.add_parser("up", help="run the gateway on the embedded default (mock providers)")
+    common(p_up, 8080)
+    p_up.add_argument("--config", help="use this llm-router.yml instead of the bundled example")
+    p_up.add_argument("--no-access-log", action="store_true")
+
+    p_serve = sub.add_parser("serve", help="run the gateway on a config file")
+    common(p_serve, 8080)
+    p_serve.add_argument("--config", required=True)
+    p_serve.add_argument("--access-log", action="store_true")
+
+    p_cfg = sub.add_parser("config", help="configuration tools")
+    cfg_sub = p_cfg.add_subparsers(dest="config_command", required=True)
+    p_val = cfg_sub.add_parser("validate", help="validate an llm-router.yml and print every error with its path")
+    p_val.add_argument("file")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if getattr(args, "workers", 1) < 1:
+        print("--workers must be at least 1", file=sys.stderr)
+        return 2
+    if args.command == "up":
+        up(args)
+    elif args.command == "serve":
+        serve(args.config, args.host, args.port, args.workers, args.log_level, args.access_log)
+    elif args.command == "config":
+        return config_validate(args.file)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,254 @@
+"""The immutable published root (DESIGN.md §4) and the publisher that compiles it.
+
+A request captures ``holder.root`` once at admission and keeps that object to its end.
+``Publisher.publish`` compiles a validated ``RouterConfig`` into a new root off the request
+path; ``RootHolder.swap`` installs it with a single assignment. Transports whose settings did
+not change are carried over, so a reload does not drop warm connection pools, and health
+state lives in the ``HealthRegistry`` outside every root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import orjson
+
+from tollway.config.schema import ModelConfig, ProviderConfig, RouterConfig
+from tollway.exceptions import ConfigError, ConfigIssue
+from tollway.governance.principals import Principal, key_digest
+from tollway.providers import FORMAT_CAPABILITIES, codec_for
+from tollway.providers.base import ProviderFormat, Target
+from tollway.routing.health import CircuitPolicy, HealthRegistry
+from tollway.routing.plan import AliasPlan, Deployment, RetryPolicy, RouteTarget
+from tollway.secrets import SecretResolver
+from tollway.transport.http import ProviderTransport, TransportSettings
+
+__all__ = ["GatewayLimits", "PublishedRoot", "Publisher", "RootHolder"]
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayLimits:
+    max_request_body_bytes: int
+    max_response_body_bytes: int
+    request_timeout_s: float
+    stream_idle_timeout_s: float
+    max_concurrent_requests: int
+    max_concurrent_streams: int
+    overload_status: int
+    body_read_timeout_s: float
+    stream_buffer_events: int
+    max_stream_lifetime_s: float
+    downstream_write_timeout_s: float
+    session_header: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PublishedRoot:
+    generation: int
+    digest: str
+    limits: GatewayLimits
+    aliases: Mapping[str, AliasPlan]
+    keys: Mapping[str, Principal]
+    """Principal by SHA-256 key digest."""
+    deployments: Mapping[str, Deployment]
+
+    def __repr__(self) -> str:
+        return f"PublishedRoot(generation={self.generation}, digest={self.digest[:12]})"
+
+
+class RootHolder:
+    """The one mutable reference to the active root. Reads are a plain attribute load."""
+
+    __slots__ = ("root",)
+
+    def __init__(self, root: PublishedRoot) -> None:
+        self.root = root
+
+    def swap(self, root: PublishedRoot) -> PublishedRoot:
+        old, self.root = self.root, root
+        return old
+
+
+def _auth_headers(provider: ProviderConfig, fmt: ProviderFormat, resolver: SecretResolver, path: str) -> dict[str, str]:
+    if provider.authMode == "none" or not provider.credentials:
+        return {}
+    current = [c for c in provider.credentials if c.lifecycle == "current"] or list(provider.credentials)
+    cred = current[0]
+    secret = resolver.resolve(cred.secretRef, f"{path}.credentials[{provider.credentials.index(cred)}].secretRef")
+    if fmt is ProviderFormat.ANTHROPIC_MESSAGES:
+        return {"x-api-key": secret.reveal(), "anthropic-version": provider.anthropicVersion}
+    return {"authorization": f"Bearer {secret.reveal()}"}
+
+
+@dataclass
+class Publisher:
+    """Compiles configs into roots; owns what must outlive one root (health, warm transports)."""
+
+    resolver: SecretResolver = field(default_factory=SecretResolver)
+    health: HealthRegistry = field(default_factory=HealthRegistry)
+    _transports: dict[str, tuple[str, ProviderTransport]] = field(default_factory=dict)
+    _generation: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def publish(self, cfg: RouterConfig) -> PublishedRoot:
+        """Compile ``cfg`` (already validated) into a new root. Raises ``ConfigError``."""
+        digest = hashlib.sha256(orjson.dumps(cfg.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)).hexdigest()
+        limits = GatewayLimits(
+            max_request_body_bytes=cfg.maxRequestBodyBytes,
+            max_response_body_bytes=cfg.maxResponseBodyBytes,
+            request_timeout_s=cfg.requestTimeoutMs / 1000,
+            stream_idle_timeout_s=cfg.streamIdleTimeoutMs / 1000,
+            max_concurrent_requests=cfg.maxConcurrentRequests,
+            max_concurrent_streams=cfg.maxConcurrentStreams,
+            overload_status=cfg.admission.overloadStatus,
+            body_read_timeout_s=cfg.admission.bodyReadTimeoutMs / 1000,
+            stream_buffer_events=cfg.admission.streamBufferEvents,
+            max_stream_lifetime_s=cfg.admission.maxStreamLifetimeMs / 1000,
+            downstream_write_timeout_s=cfg.admission.downstreamWriteProgressTimeoutMs / 1000,
+            session_header=cfg.routing.sessionHeader.lower(),
+        )
+        circuit = CircuitPolicy(
+            failure_threshold=cfg.routing.circuitBreaker.failureThreshold,
+            reset_timeout_s=cfg.routing.circuitBreaker.resetTimeoutMs / 1000,
+            half_open_requests=cfg.routing.circuitBreaker.halfOpenRequests,
+        )
+        retry = RetryPolicy(
+            max_attempts=cfg.routing.maxAttempts,
+            base_backoff_s=cfg.routing.baseBackoffMs / 1000,
+            max_backoff_s=cfg.routing.maxBackoffMs / 1000,
+            retry_statuses=frozenset(cfg.routing.retryStatuses),
+        )
+        deployments = self._deployments(cfg)
+        aliases = {m.name: self._plan(m, cfg, deployments, retry, circuit) for m in cfg.models}
+        keys = self._keys(cfg)
+        return PublishedRoot(
+            generation=next(self._generation),
+            digest=digest,
+            limits=limits,
+            aliases=MappingProxyType(aliases),
+            keys=MappingProxyType(keys),
+            deployments=MappingProxyType(deployments),
+        )
+
+    def _deployments(self, cfg: RouterConfig) -> dict[str, Deployment]:
+        formats: dict[str, ProviderFormat] = {}
+        for model in cfg.models:
+            for route in model.routes:
+                formats.setdefault(route.provider, ProviderFormat(route.providerFormat))
+        out: dict[str, Deployment] = {}
+        for pid, provider in cfg.providers.items():
+            fmt = formats.get(pid) or (
+                ProviderFormat.ANTHROPIC_MESSAGES if provider.type == "anthropic" else ProviderFormat.OPENAI_CHAT
+            )
+            path = f"providers.{pid}"
+            auth = _auth_headers(provider, fmt, self.resolver, path)
+            settings = TransportSettings(
+                base_url=provider.baseUrl,
+                connect_timeout_s=provider.connectTimeoutMs / 1000,
+                request_timeout_s=provider.requestTimeoutMs / 1000,
+                stream_idle_timeout_s=cfg.streamIdleTimeoutMs / 1000,
+                max_connections=provider.maxConnections,
+                max_response_bytes=cfg.maxResponseBodyBytes,
+            )
+            fingerprint = hashlib.sha256(repr((settings, sorted(auth.items()))).encode()).hexdigest()
+            cached = self._transports.get(pid)
+            if cached is not None and cached[0] == fingerprint:
+                transport = cached[1]
+            else:
+                transport = ProviderTransport(settings, auth)
+                self._transports[pid] = (fingerprint, transport)
+            out[pid] = Deployment(
+                id=pid,
+                format=fmt,
+                codec=codec_for(fmt),
+                transport=transport,
+                provider_account_id=provider.providerAccountId or pid,
+                quota_group_id=provider.quotaGroupId or pid,
+            )
+        return out
+
+    def _plan(
+        self,
+        model: ModelConfig,
+        cfg: RouterConfig,
+        deployments: Mapping[str, Deployment],
+        retry: RetryPolicy,
+        circuit: CircuitPolicy,
+    ) -> AliasPlan:
+        default_out = model.defaultMaxOutputTokens or min(model.maxOutputTokens, 4096)
+        by_priority: dict[int, list[RouteTarget]] = {}
+        for route in model.routes:
+            dep = deployments[route.provider]
+            by_priority.setdefault(route.priority, []).append(
+                RouteTarget(
+                    route_id=route.id,
+                    deployment=dep,
+                    target=Target(model=route.model, default_max_output_tokens=default_out),
+                    weight=route.weight,
+                    priority=route.priority,
+                    health=self.health.get(route.provider, circuit),
+                )
+            )
+        capabilities = frozenset(model.capabilities)
+        for group in by_priority.values():
+            for t in group:
+                if not capabilities <= FORMAT_CAPABILITIES[t.deployment.format]:
+                    raise ConfigError(
+                        [ConfigIssue(f"models.{model.name}", "a route cannot serve the alias's capabilities")]
+                    )
+        policy = model.unsupportedParameterPolicy or cfg.unsupportedParameterPolicy
+        return AliasPlan(
+            name=model.name,
+            capabilities=capabilities,
+            max_input_tokens=model.maxInputTokens,
+            max_output_tokens=model.maxOutputTokens,
+            default_max_output_tokens=default_out,
+            allowed_parameters=frozenset(model.allowedParameters),
+            reject_unknown_parameters=policy != "ignore",
+            groups=tuple(tuple(by_priority[p]) for p in sorted(by_priority)),
+            retry=retry,
+            weighted=cfg.routing.strategy != "ordered",
+        )
+
+    def _keys(self, cfg: RouterConfig) -> dict[str, Principal]:
+        out: dict[str, Principal] = {}
+        for i, p in enumerate(cfg.principals):
+            for j, key in enumerate(p.keys):
+                if key.sha256:
+                    digest = key.sha256.lower()
+                else:
+                    assert key.secretRef is not None
+                    secret = self.resolver.resolve(key.secretRef, f"principals[{i}].keys[{j}].secretRef")
+                    digest = key_digest(secret.reveal())
+                out[digest] = Principal(
+                    id=p.id,
+                    tenant=p.tenant,
+                    team=p.team,
+                    kind=p.kind,
+                    roles=frozenset(p.roles),
+                    allowed_aliases=frozenset(p.allowedModels),
+                    key_id=key.id,
+                )
+        return out
+
+    async def retire(self, old: PublishedRoot, new: PublishedRoot, grace_s: float = 60.0) -> None:
+        """Close transports the new root no longer uses, after in-flight requests had time to end."""
+        keep = {id(d.transport) for d in new.deployments.values()}
+        stale = {id(d.transport): d.transport for d in old.deployments.values() if id(d.transport) not in keep}
+        if not stale:
+            return
+        for pid, (_, t) in list(self._transports.items()):
+            if id(t) in stale:
+                del self._transports[pid]
+        await asyncio.sleep(grace_s)
+        for t in stale.values():
+            await t.aclose()
+
+    async def aclose(self) -> None:
+        for _, t in self._transports.values():
+            await t.aclose()
+        self._transports.clear()

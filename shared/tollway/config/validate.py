@@ -1,0 +1,433 @@
+"""Semantic validation of a parsed ``RouterConfig``: cross-references, bounds and safety policy.
+
+The schema only checks shape. Everything here is a rule that needs more than one field, or a
+policy the seed's *Configuration Model* says a gateway must refuse to run with. ``validate``
+never stops at the first problem: it returns every issue, each located by its YAML path, so
+an operator can fix a config in one pass.
+
+Messages never echo secret material: secret references, key digests and base URLs (which may
+carry ``user:pass@``) are described, not quoted.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from collections.abc import Iterable, Sequence
+from urllib.parse import urlsplit
+
+from tollway.config.schema import (
+    AdmissionConfig,
+    ModelConfig,
+    PrincipalConfig,
+    ProviderConfig,
+    RouteConfig,
+    RouterConfig,
+    RoutingConfig,
+)
+from tollway.exceptions import ConfigIssue
+
+__all__ = ["validate", "yaml_path"]
+
+CAPABILITIES = frozenset({"streaming", "tools", "vision", "json_object", "json_schema"})
+FORMAT_CAPABILITIES: dict[str, frozenset[str]] = {
+    "openai-chat-completions": CAPABILITIES,
+    "anthropic-messages": frozenset({"streaming", "tools", "vision"}),
+}
+FORMAT_PROVIDER_TYPES: dict[str, frozenset[str]] = {
+    "openai-chat-completions": frozenset({"openai", "openai-compatible"}),
+    "anthropic-messages": frozenset({"anthropic"}),
+}
+CLIENT_FORMATS = frozenset({"openai-chat-completions"})
+OPERATIONS = frozenset({"chat"})
+PARAMETER_POLICIES = frozenset({"reject", "ignore"})
+STRATEGIES = frozenset({"priority-weighted", "ordered"})
+MAX_REQUEST_BODY_BYTES = 64 * 1024 * 1024
+MAX_ATTEMPTS = 10
+
+_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
+_ENV_REF = re.compile(r"env:[A-Za-z_][A-Za-z0-9_]*")
+_AWS_SM_REF = re.compile(r"aws-sm:[A-Za-z0-9/_+=.@:-]+(#[A-Za-z0-9_.-]+)?")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_HEADER_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_NUMERIC_HOST = re.compile(r"[0-9a-fA-FxX.]+")
+_METADATA_HOSTS = frozenset({"metadata.google.internal"})
+_METADATA_IPS = frozenset({ipaddress.ip_address("fd00:ec2::254"), ipaddress.ip_address("100.100.100.200")})
+_SECRET_REF_HINT = "use env:NAME or aws-sm:<secret-id>[#json-key]"
+
+
+def yaml_path(*parts: str | int) -> str:
+    """Render a location as ``models[0].routes[1].priority`` or ``providers.openai-primary.baseUrl``."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _SEGMENT.fullmatch(part):
+            out += f".{part}" if out else part
+        else:
+            escaped = part.replace("\\", "\\\\").replace('"', '\\"')
+            out += f'["{escaped}"]'
+    return out
+
+
+class _Issues:
+    def __init__(self) -> None:
+        self.items: list[ConfigIssue] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.items.append(ConfigIssue(path, message))
+
+    def positive(self, path: str, value: int, why: str = "") -> None:
+        if value <= 0:
+            self.add(path, "must be positive" + (f" ({why})" if why else ""))
+
+    def not_blank(self, path: str, value: str) -> bool:
+        if not value.strip():
+            self.add(path, "must not be empty")
+            return False
+        return True
+
+    def members(self, path: str, values: Iterable[str], known: frozenset[str], what: str) -> None:
+        for i, value in enumerate(values):
+            if value not in known:
+                self.add(f"{path}[{i}]", f"unknown {what} {value!r}; known: {_quoted(known)}")
+
+
+def validate(cfg: RouterConfig) -> list[ConfigIssue]:
+    """Every semantic problem in ``cfg``; an empty list means the config may be published."""
+    issues = _Issues()
+    _check_gateway(cfg, issues)
+    _check_admission(cfg.admission, issues)
+    _check_routing(cfg.routing, issues)
+    for name, provider in cfg.providers.items():
+        _check_provider(yaml_path("providers", name), provider, cfg.requestTimeoutMs, issues)
+    _check_models(cfg, issues)
+    _check_principals(cfg, issues)
+    return issues.items
+
+
+def _quoted(values: Iterable[str]) -> str:
+    return ", ".join(repr(v) for v in sorted(values))
+
+
+def _check_gateway(cfg: RouterConfig, issues: _Issues) -> None:
+    prefix = cfg.pathPrefix
+    if not prefix.startswith("/") or prefix.endswith("/"):
+        issues.add("pathPrefix", "must start with '/' and must not end with '/' (for example '/v1')")
+    elif any(ch.isspace() or ch in "?#%" for ch in prefix):
+        issues.add("pathPrefix", "must be a plain path without whitespace, '?', '#' or '%'")
+    if cfg.maxRequestBodyBytes <= 0 or cfg.maxRequestBodyBytes > MAX_REQUEST_BODY_BYTES:
+        issues.add("maxRequestBodyBytes", f"must be between 1 and {MAX_REQUEST_BODY_BYTES} (64 MiB)")
+    issues.positive("maxResponseBodyBytes", cfg.maxResponseBodyBytes)
+    issues.positive("requestTimeoutMs", cfg.requestTimeoutMs)
+    issues.positive("streamIdleTimeoutMs", cfg.streamIdleTimeoutMs)
+    issues.positive("maxConcurrentRequests", cfg.maxConcurrentRequests, "concurrency must be bounded")
+    issues.positive("maxConcurrentStreams", cfg.maxConcurrentStreams, "concurrency must be bounded")
+    lifetime = cfg.admission.maxStreamLifetimeMs
+    if 0 < lifetime < cfg.streamIdleTimeoutMs:
+        issues.add(
+            "streamIdleTimeoutMs",
+            f"must not exceed admission.maxStreamLifetimeMs ({lifetime}); the idle deadline could never fire",
+        )
+    if cfg.unsupportedParameterPolicy not in PARAMETER_POLICIES:
+        issues.add(
+            "unsupportedParameterPolicy",
+            f"unknown policy {cfg.unsupportedParameterPolicy!r}; known: {_quoted(PARAMETER_POLICIES)}",
+        )
+
+
+def _check_admission(adm: AdmissionConfig, issues: _Issues) -> None:
+    if adm.maxQueuedRequests < 0:
+        issues.add("admission.maxQueuedRequests", "must not be negative (0 disables queueing)")
+    if adm.maxQueueWaitMs < 0:
+        issues.add("admission.maxQueueWaitMs", "must not be negative")
+    elif adm.maxQueuedRequests > 0 and adm.maxQueueWaitMs == 0:
+        issues.add("admission.maxQueueWaitMs", "must be positive when maxQueuedRequests > 0 (a queue needs a deadline)")
+    issues.positive("admission.streamBufferEvents", adm.streamBufferEvents, "stream buffers must be bounded")
+    issues.positive("admission.streamSetupTimeoutMs", adm.streamSetupTimeoutMs)
+    issues.positive("admission.maxStreamLifetimeMs", adm.maxStreamLifetimeMs)
+    issues.positive("admission.downstreamWriteProgressTimeoutMs", adm.downstreamWriteProgressTimeoutMs)
+    issues.positive("admission.bodyReadTimeoutMs", adm.bodyReadTimeoutMs)
+    if adm.minStreamDrainBytesPerSecond < 0:
+        issues.add("admission.minStreamDrainBytesPerSecond", "must not be negative")
+
+
+def _check_routing(routing: RoutingConfig, issues: _Issues) -> None:
+    if routing.strategy not in STRATEGIES:
+        issues.add("routing.strategy", f"unknown strategy {routing.strategy!r}; known: {_quoted(STRATEGIES)}")
+    if not 1 <= routing.maxAttempts <= MAX_ATTEMPTS:
+        issues.add("routing.maxAttempts", f"must be between 1 and {MAX_ATTEMPTS}")
+    if routing.baseBackoffMs < 0:
+        issues.add("routing.baseBackoffMs", "must not be negative")
+    if routing.maxBackoffMs < routing.baseBackoffMs:
+        issues.add("routing.maxBackoffMs", f"must be at least baseBackoffMs ({routing.baseBackoffMs})")
+    for i, status in enumerate(routing.retryStatuses):
+        if not 400 <= status <= 599:
+            issues.add(f"routing.retryStatuses[{i}]", "must be an HTTP error status between 400 and 599")
+    breaker = routing.circuitBreaker
+    issues.positive("routing.circuitBreaker.failureThreshold", breaker.failureThreshold)
+    issues.positive("routing.circuitBreaker.resetTimeoutMs", breaker.resetTimeoutMs)
+    issues.positive("routing.circuitBreaker.halfOpenRequests", breaker.halfOpenRequests)
+    if not _HEADER_TOKEN.fullmatch(routing.sessionHeader):
+        issues.add("routing.sessionHeader", "must be a valid HTTP header name")
+
+
+def _check_provider(path: str, provider: ProviderConfig, request_timeout_ms: int, issues: _Issues) -> None:
+    problem = _base_url_problem(provider.baseUrl, provider.allowInsecureHttp)
+    if problem:
+        issues.add(f"{path}.baseUrl", problem)
+    for field, value in (("providerAccountId", provider.providerAccountId), ("quotaGroupId", provider.quotaGroupId)):
+        if value is None or not value.strip():
+            issues.add(
+                f"{path}.{field}", "required: every deployment needs a provider account and quota group identity"
+            )
+    _check_credentials(path, provider, issues)
+    issues.positive(f"{path}.connectTimeoutMs", provider.connectTimeoutMs)
+    issues.positive(f"{path}.requestTimeoutMs", provider.requestTimeoutMs)
+    issues.positive(f"{path}.maxConnections", provider.maxConnections, "the connection pool must be bounded")
+    if 0 < provider.requestTimeoutMs < provider.connectTimeoutMs:
+        issues.add(
+            f"{path}.connectTimeoutMs",
+            f"must not exceed this provider's requestTimeoutMs ({provider.requestTimeoutMs})",
+        )
+    if 0 < request_timeout_ms < provider.requestTimeoutMs:
+        issues.add(
+            f"{path}.requestTimeoutMs",
+            f"exceeds the global requestTimeoutMs ({request_timeout_ms}); the request deadline bounds every attempt, "
+            f"so this timeout could never be reached: lower it to at most {request_timeout_ms}",
+        )
+
+
+def _check_credentials(path: str, provider: ProviderConfig, issues: _Issues) -> None:
+    creds = provider.credentials
+    if provider.authMode == "api-key" and not creds:
+        issues.add(f"{path}.credentials", "authMode 'api-key' needs at least one credential")
+    seen: dict[str, int] = {}
+    current: int | None = None
+    for i, cred in enumerate(creds):
+        cpath = f"{path}.credentials[{i}]"
+        if issues.not_blank(f"{cpath}.id", cred.id):
+            if cred.id in seen:
+                issues.add(f"{cpath}.id", f"duplicate credential id {cred.id!r} (also credentials[{seen[cred.id]}])")
+            seen.setdefault(cred.id, i)
+        problem = _secret_ref_problem(cred.secretRef)
+        if problem:
+            issues.add(f"{cpath}.secretRef", problem)
+        if cred.lifecycle == "current":
+            if current is not None:
+                issues.add(
+                    f"{cpath}.lifecycle",
+                    f"only one credential may be 'current' (also credentials[{current}]); "
+                    "rotating keys inside one quota group must not add capacity",
+                )
+            else:
+                current = i
+    if creds and current is None:
+        issues.add(f"{path}.credentials", "no credential has lifecycle 'current'")
+
+
+def _secret_ref_problem(ref: str) -> str | None:
+    if ":" not in ref:
+        return f"looks like a literal secret, not a reference; {_SECRET_REF_HINT}"
+    scheme = ref.split(":", 1)[0]
+    if scheme == "env":
+        return None if _ENV_REF.fullmatch(ref) else "env: reference must name a variable like env:TOLLWAY_OPENAI_KEY"
+    if scheme == "aws-sm":
+        return None if _AWS_SM_REF.fullmatch(ref) else "aws-sm: reference must look like aws-sm:<secret-id>[#json-key]"
+    return f"unsupported secret reference scheme; {_SECRET_REF_HINT}"
+
+
+def _base_url_problem(url: str, allow_insecure_http: bool) -> str | None:
+    """Why ``url`` is not a fixed, operator-owned upstream endpoint, or None. Never quotes the URL."""
+    if any(ch in "{}$" or ch.isspace() for ch in url):
+        return "contains '{', '}', '$' or whitespace; base URLs must be fixed, never templated or client-controlled"
+    try:
+        parts = urlsplit(url)
+        _ = parts.port
+    except ValueError:
+        return "is not a valid URL"
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        return "scheme must be https (plain http only for loopback hosts)"
+    if "@" in parts.netloc:
+        return "must not contain user info (user:pass@); put secrets in credentials[].secretRef"
+    if "#" in url:
+        return "must not contain a fragment"
+    if "?" in url:
+        return "must not contain a query string"
+    host = (parts.hostname or "").rstrip(".").lower()
+    if not host:
+        return "has no host"
+    ip = _host_ip(host)
+    if ip is None and _NUMERIC_HOST.fullmatch(host) and _inet_aton_accepts(host):
+        return "numeric hosts must be written as a canonical IP address"
+    if host in _METADATA_HOSTS or (ip is not None and (ip.is_link_local or ip in _METADATA_IPS)):
+        return "points at a link-local or cloud metadata address"
+    if ip is not None and ip.is_unspecified:
+        return "points at an unspecified address"
+    loopback = host == "localhost" or (ip is not None and ip.is_loopback)
+    if scheme == "http" and not loopback and not allow_insecure_http:
+        return "plain http is only allowed for loopback hosts; use https or set allowInsecureHttp: true"
+    return None
+
+
+def _host_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def _inet_aton_accepts(host: str) -> bool:
+    """Legacy forms (``0x7f.1``, ``2130706433``) that resolvers still turn into addresses."""
+    try:
+        socket.inet_aton(host)
+    except OSError:
+        return False
+    return True
+
+
+def _check_models(cfg: RouterConfig, issues: _Issues) -> None:
+    aliases: dict[str, int] = {}
+    routes: dict[str, str] = {}
+    for i, model in enumerate(cfg.models):
+        path = f"models[{i}]"
+        if issues.not_blank(f"{path}.name", model.name):
+            if model.name in aliases:
+                issues.add(f"{path}.name", f"duplicate alias {model.name!r} (also models[{aliases[model.name]}])")
+            aliases.setdefault(model.name, i)
+        _check_alias(path, model, issues)
+        if not model.routes:
+            issues.add(f"{path}.routes", "alias has no routes")
+        for j, route in enumerate(model.routes):
+            rpath = f"{path}.routes[{j}]"
+            if issues.not_blank(f"{rpath}.id", route.id):
+                if route.id in routes:
+                    issues.add(f"{rpath}.id", f"duplicate route id {route.id!r} (also {routes[route.id]})")
+                routes.setdefault(route.id, rpath)
+            _check_route(rpath, route, model, cfg.providers.get(route.provider), issues)
+        _check_priority_groups(path, model.routes, issues)
+
+
+def _check_alias(path: str, model: ModelConfig, issues: _Issues) -> None:
+    if not model.clientFormats:
+        issues.add(f"{path}.clientFormats", "must list at least one client format")
+    issues.members(f"{path}.clientFormats", model.clientFormats, CLIENT_FORMATS, "client format")
+    if not model.operations:
+        issues.add(f"{path}.operations", "must list at least one operation")
+    issues.members(f"{path}.operations", model.operations, OPERATIONS, "operation")
+    if model.processingMode in ("detect", "opaque"):
+        issues.add(f"{path}.processingMode", f"{model.processingMode!r} is not supported yet; use 'normalized'")
+    elif model.processingMode != "normalized":
+        issues.add(f"{path}.processingMode", f"unknown processing mode {model.processingMode!r}; use 'normalized'")
+    issues.members(f"{path}.capabilities", model.capabilities, CAPABILITIES, "capability")
+    issues.positive(f"{path}.maxInputTokens", model.maxInputTokens)
+    issues.positive(f"{path}.maxOutputTokens", model.maxOutputTokens)
+    default_out = model.defaultMaxOutputTokens
+    if default_out is not None:
+        if default_out <= 0:
+            issues.add(f"{path}.defaultMaxOutputTokens", "must be positive")
+        elif default_out > model.maxOutputTokens:
+            issues.add(f"{path}.defaultMaxOutputTokens", f"must not exceed maxOutputTokens ({model.maxOutputTokens})")
+    policy = model.unsupportedParameterPolicy
+    if policy is not None and policy not in PARAMETER_POLICIES:
+        issues.add(
+            f"{path}.unsupportedParameterPolicy", f"unknown policy {policy!r}; known: {_quoted(PARAMETER_POLICIES)}"
+        )
+
+
+def _check_route(
+    path: str, route: RouteConfig, model: ModelConfig, provider: ProviderConfig | None, issues: _Issues
+) -> None:
+    issues.not_blank(f"{path}.model", route.model)
+    if provider is None:
+        issues.add(f"{path}.provider", f"unknown provider {route.provider!r}; it must be a key of providers")
+    format_caps = FORMAT_CAPABILITIES.get(route.providerFormat)
+    if format_caps is None:
+        issues.add(
+            f"{path}.providerFormat",
+            f"unknown provider format {route.providerFormat!r}; known: {_quoted(FORMAT_CAPABILITIES)}",
+        )
+    elif provider is not None and provider.type not in FORMAT_PROVIDER_TYPES[route.providerFormat]:
+        issues.add(
+            f"{path}.providerFormat",
+            f"{route.providerFormat!r} cannot be served by a provider of type {provider.type!r}; "
+            f"expected type {_quoted(FORMAT_PROVIDER_TYPES[route.providerFormat])}",
+        )
+    if route.capabilities is not None:
+        issues.members(f"{path}.capabilities", route.capabilities, CAPABILITIES, "capability")
+    if route.priority < 0:
+        issues.add(f"{path}.priority", "must not be negative")
+    if route.weight < 0:
+        issues.add(f"{path}.weight", "must not be negative")
+    required = CAPABILITIES.intersection(model.capabilities)
+    if format_caps is not None and not required <= format_caps:
+        missing = _quoted(required - format_caps)
+        issues.add(f"{path}.providerFormat", f"{route.providerFormat!r} cannot serve the alias's capability {missing}")
+    if format_caps is not None and route.capabilities is not None:
+        missing_here = (required & format_caps) - set(route.capabilities)
+        if missing_here:
+            issues.add(f"{path}.capabilities", f"route lacks the alias's required capability {_quoted(missing_here)}")
+    if route.regions and not set(model.regions) <= set(route.regions):
+        missing_regions = _quoted(set(model.regions) - set(route.regions))
+        issues.add(f"{path}.regions", f"does not cover the alias's region {missing_regions}")
+
+
+def _check_priority_groups(path: str, routes: Sequence[RouteConfig], issues: _Issues) -> None:
+    groups: dict[int, list[int]] = {}
+    for route in routes:
+        groups.setdefault(route.priority, []).append(route.weight)
+    for priority, weights in sorted(groups.items()):
+        if all(w == 0 for w in weights):
+            issues.add(f"{path}.routes", f"every route with priority {priority} has weight 0; one must be positive")
+
+
+def _check_principals(cfg: RouterConfig, issues: _Issues) -> None:
+    aliases = {m.name for m in cfg.models}
+    principals: dict[str, int] = {}
+    keys: dict[str, str] = {}
+    digests: dict[str, str] = {}
+    for i, principal in enumerate(cfg.principals):
+        path = f"principals[{i}]"
+        if issues.not_blank(f"{path}.id", principal.id):
+            if principal.id in principals:
+                issues.add(
+                    f"{path}.id",
+                    f"duplicate principal id {principal.id!r} (also principals[{principals[principal.id]}])",
+                )
+            principals.setdefault(principal.id, i)
+        issues.not_blank(f"{path}.tenant", principal.tenant)
+        for k, alias in enumerate(principal.allowedModels):
+            if alias not in aliases:
+                issues.add(f"{path}.allowedModels[{k}]", f"unknown model alias {alias!r}")
+        _check_keys(path, principal, keys, digests, issues)
+
+
+def _check_keys(
+    path: str, principal: PrincipalConfig, keys: dict[str, str], digests: dict[str, str], issues: _Issues
+) -> None:
+    if not principal.keys:
+        issues.add(f"{path}.keys", "principal has no keys, so nobody could authenticate as it")
+    for k, key in enumerate(principal.keys):
+        kpath = f"{path}.keys[{k}]"
+        if issues.not_blank(f"{kpath}.id", key.id):
+            if key.id in keys:
+                issues.add(f"{kpath}.id", f"duplicate key id {key.id!r} (also {keys[key.id]})")
+            keys.setdefault(key.id, kpath)
+        if (key.sha256 is None) == (key.secretRef is None):
+            issues.add(kpath, "set exactly one of sha256 or secretRef")
+        if key.sha256 is not None:
+            if not _SHA256.fullmatch(key.sha256):
+                issues.add(f"{kpath}.sha256", "must be 64 lowercase hex characters (the SHA-256 of the key)")
+            elif key.sha256 in digests:
+                issues.add(f"{kpath}.sha256", f"same digest as {digests[key.sha256]}; every key must be distinct")
+            else:
+                digests[key.sha256] = kpath
+        if key.secretRef is not None:
+            problem = _secret_ref_problem(key.secretRef)
+            if problem:
+                issues.add(f"{kpath}.secretRef", problem)

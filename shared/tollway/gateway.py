@@ -1,0 +1,282 @@
+"""The protocol-neutral runtime: an authenticated request context plus a canonical request in,
+a canonical response or a stream of semantic events out.
+
+``Gateway.complete`` and ``Gateway.open_stream`` walk the alias plan under one attempt budget
+(count and deadline). A retryable failure before the first semantic event moves to the next
+target; a stream is *committed* as soon as its first semantic event is in hand, and nothing
+moves after that. Handlers render; they never decide routing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from tollway.canonical import (
+    SEMANTIC_EVENTS,
+    CanonicalRequest,
+    CanonicalResponse,
+    StreamEvent,
+    StreamFinish,
+    StreamUsage,
+    Usage,
+    UsageEvidence,
+)
+from tollway.config.root import PublishedRoot
+from tollway.exceptions import GatewayError, ModelUnavailable, UpstreamCategory, UpstreamError
+from tollway.governance.principals import Principal
+from tollway.routing.plan import AliasPlan, RouteTarget
+from tollway.sse import SseFrameTooLarge, aiter_sse
+
+__all__ = ["AttemptRecord", "CommittedStream", "Gateway", "RequestContext", "estimate_tokens"]
+
+_T = TypeVar("_T")
+
+_HEALTH_NEUTRAL = frozenset(
+    {
+        UpstreamCategory.INVALID_REQUEST,
+        UpstreamCategory.CONTEXT_LENGTH,
+        UpstreamCategory.SAFETY,
+        UpstreamCategory.RATE_LIMIT,
+    }
+)
+
+
+@dataclass(slots=True)
+class AttemptRecord:
+    number: int
+    route_id: str
+    deployment_id: str
+    started: float
+    ended: float | None = None
+    outcome: str = "pending"
+    """ok, error, cancelled, or midstream_error."""
+    error_category: str | None = None
+    upstream_status: int | None = None
+    first_event_s: float | None = None
+
+
+@dataclass(slots=True)
+class RequestContext:
+    request_id: str
+    principal: Principal
+    root: PublishedRoot
+    plan: AliasPlan
+    deadline: float
+    """Absolute, on the event loop's clock."""
+    received: float = field(default_factory=time.monotonic)
+    session_id: str | None = None
+    attempts: list[AttemptRecord] = field(default_factory=list)
+    usage: Usage | None = None
+    rng: random.Random = field(default_factory=random.Random)
+
+
+def estimate_tokens(text_chars: int) -> int:
+    """A conservative local estimate: about four characters per token, rounded up."""
+    return (text_chars + 3) // 4
+
+
+def _request_chars(req: CanonicalRequest) -> int:
+    return sum(len(m.text()) for m in req.messages)
+
+
+class CommittedStream:
+    """A stream whose first semantic event has arrived; it can no longer fall back."""
+
+    def __init__(
+        self,
+        ctx: RequestContext,
+        target: RouteTarget,
+        attempt: AttemptRecord,
+        stack: AsyncExitStack,
+        prelude: list[StreamEvent],
+        rest: AsyncIterator[StreamEvent],
+    ) -> None:
+        self._ctx = ctx
+        self._target = target
+        self._attempt = attempt
+        self._stack = stack
+        self._prelude = prelude
+        self._rest = rest
+        self._finished = False
+        self.output_chars = 0
+
+    async def events(self) -> AsyncIterator[StreamEvent]:
+        """Every event after commitment; raises ``UpstreamError`` on a midstream failure."""
+        for ev in self._prelude:
+            yield self._observe(ev)
+        self._prelude = []
+        try:
+            async for ev in self._rest:
+                yield self._observe(ev)
+        except SseFrameTooLarge:
+            raise UpstreamError(UpstreamCategory.MALFORMED, detail="stream frame too large") from None
+        self._finished = True
+
+    def _observe(self, ev: StreamEvent) -> StreamEvent:
+        if isinstance(ev, StreamUsage):
+            self._ctx.usage = ev.usage
+        elif isinstance(ev, SEMANTIC_EVENTS):
+            self.output_chars += len(getattr(ev, "text", "") or getattr(ev, "arguments", ""))
+        return ev
+
+    async def aclose(self, error: BaseException | None = None) -> None:
+        """Close the upstream call (cancelling it if still open) and settle the attempt."""
+        attempt, health = self._attempt, self._target.health
+        attempt.ended = time.monotonic()
+        if self._finished and error is None:
+            attempt.outcome = "ok"
+            health.on_success(attempt.ended - attempt.started)
+        elif isinstance(error, UpstreamError):
+            attempt.outcome = "midstream_error"
+            attempt.error_category = error.category.value
+            health.on_failure(counts=error.category not in _HEALTH_NEUTRAL)
+        else:
+            attempt.outcome = "cancelled"
+            health.on_abandon()
+        if self._ctx.usage is None:
+            self._ctx.usage = Usage(
+                prompt_tokens=0,
+                completion_tokens=estimate_tokens(self.output_chars),
+                evidence=UsageEvidence.LOCAL_ESTIMATE,
+            )
+        await self._stack.aclose()
+
+
+class Gateway:
+    """Executes requests against the targets of their alias plan."""
+
+    def __init__(self, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self._sleep = sleep
+
+    async def complete(self, ctx: RequestContext, req: CanonicalRequest) -> CanonicalResponse:
+        async def attempt(target: RouteTarget, record: AttemptRecord) -> CanonicalResponse:
+            upstream = target.deployment.codec.encode_request(req, target.target)
+            status, headers, body = await target.deployment.transport.send(upstream)
+            if status >= 400:
+                raise target.deployment.codec.decode_error(status, headers, body)
+            record.upstream_status = status
+            return target.deployment.codec.decode_response(status, body)
+
+        response = await self._run(ctx, attempt)
+        if response.usage is None:
+            response.usage = Usage(
+                prompt_tokens=estimate_tokens(_request_chars(req)),
+                completion_tokens=estimate_tokens(len(response.content or "")),
+                evidence=UsageEvidence.LOCAL_ESTIMATE,
+            )
+        ctx.usage = response.usage
+        return response
+
+    async def open_stream(self, ctx: RequestContext, req: CanonicalRequest) -> CommittedStream:
+        async def attempt(target: RouteTarget, record: AttemptRecord) -> CommittedStream:
+            codec = target.deployment.codec
+            upstream = codec.encode_request(req, target.target)
+            stack = AsyncExitStack()
+            try:
+                response = await stack.enter_async_context(target.deployment.transport.stream(upstream))
+                if response.status >= 400:
+                    body = await response.read_bounded()
+                    raise codec.decode_error(response.status, response.headers, body)
+                record.upstream_status = response.status
+                events = codec.decode_stream(aiter_sse(response.aiter_bytes())).__aiter__()
+                prelude: list[StreamEvent] = []
+                try:
+                    while True:
+                        ev = await anext(events)
+                        prelude.append(ev)
+                        if isinstance(ev, (*SEMANTIC_EVENTS, StreamFinish)):
+                            break
+                except StopAsyncIteration:
+                    raise UpstreamError(UpstreamCategory.MALFORMED, detail="stream ended before output") from None
+                except SseFrameTooLarge:
+                    raise UpstreamError(UpstreamCategory.MALFORMED, detail="stream frame too large") from None
+            except BaseException:
+                await stack.aclose()
+                raise
+            record.first_event_s = time.monotonic() - record.started
+            return CommittedStream(ctx, target, record, stack, prelude, events)
+
+        return await self._run(ctx, attempt, commits=True)
+
+    async def _run(
+        self,
+        ctx: RequestContext,
+        attempt: Callable[[RouteTarget, AttemptRecord], Awaitable[_T]],
+        *,
+        commits: bool = False,
+    ) -> _T:
+        """Walk the plan under one attempt budget; return the first success."""
+        plan = ctx.plan
+        loop = asyncio.get_running_loop()
+        last_error: UpstreamError | None = None
+        failed_at: dict[str, float | None] = {}
+        n = 0
+        while n < plan.retry.max_attempts:
+            order = list(plan.attempt_order(ctx.rng))
+            if not order:
+                break
+            for target in order:
+                if n >= plan.retry.max_attempts:
+                    break
+                if target.deployment.id in failed_at:
+                    delay = plan.retry.backoff(n, failed_at[target.deployment.id], ctx.rng)
+                    if loop.time() + delay >= ctx.deadline:
+                        raise self._final(last_error)
+                    if delay > 0:
+                        await self._sleep(delay)
+                n += 1
+                record = AttemptRecord(n, target.route_id, target.deployment.id, time.monotonic())
+                ctx.attempts.append(record)
+                target.health.on_start()
+                try:
+                    async with asyncio.timeout_at(ctx.deadline):
+                        result = await attempt(target, record)
+                except UpstreamError as upstream_error:
+                    self._fail(target, record, upstream_error)
+                    last_error = upstream_error
+                except TimeoutError:
+                    timeout = UpstreamError(UpstreamCategory.TIMEOUT, detail="request deadline")
+                    self._fail(target, record, timeout)
+                    raise timeout.to_gateway_error() from None
+                except GatewayError:
+                    record.outcome, record.ended = "error", time.monotonic()
+                    target.health.on_abandon()
+                    raise
+                except BaseException:
+                    record.outcome, record.ended = "cancelled", time.monotonic()
+                    target.health.on_abandon()
+                    raise
+                else:
+                    if not commits:
+                        record.outcome, record.ended = "ok", time.monotonic()
+                        target.health.on_success(record.ended - record.started)
+                    return result
+                if not self._retryable(last_error, plan):
+                    raise last_error.to_gateway_error()
+                failed_at[target.deployment.id] = last_error.retry_after
+        raise self._final(last_error)
+
+    @staticmethod
+    def _retryable(err: UpstreamError, plan: AliasPlan) -> bool:
+        if not err.retryable:
+            return False
+        return err.status is None or err.status in plan.retry.retry_statuses or err.status < 400
+
+    @staticmethod
+    def _fail(target: RouteTarget, record: AttemptRecord, err: UpstreamError) -> None:
+        record.outcome, record.ended = "error", time.monotonic()
+        record.error_category = err.category.value
+        record.upstream_status = err.status or record.upstream_status
+        target.health.on_failure(counts=err.category not in _HEALTH_NEUTRAL)
+
+    @staticmethod
+    def _final(last_error: UpstreamError | None) -> GatewayError:
+        if last_error is None:
+            return ModelUnavailable()
+        return last_error.to_gateway_error()

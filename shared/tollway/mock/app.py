@@ -1,0 +1,464 @@
+"""The mock providers as one raw ASGI 3 application.
+
+Routes::
+
+    POST   /v1/chat/completions       OpenAI Chat Completions (buffered or SSE)
+    POST   /v1/messages               Anthropic Messages (buffered or SSE)
+    *      /_fault/<k=v,k=v>/<route>  the route above, with faults (see tollway.mock.faults)
+    GET    /_mock/health              {"ok": true}
+    GET    /_mock/requests            the request log, oldest first; DELETE clears it
+    GET    /_mock/faults              the default faults; POST sets them, DELETE clears them
+
+It is written against ASGI directly, without a framework, because benchmarks drive it at
+1000+ requests per second on two cores: one JSON parse per request, static frames
+precomputed, a whole SSE stream sent in one write unless a fault asks for pacing, no
+per-request logging, and a bounded request log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from typing import Any, Final
+
+import orjson
+
+from tollway.mock.anthropic_messages import AnthropicMessages
+from tollway.mock.content import DEFAULT_CHUNKS, MockRequest, text_reply, tool_reply
+from tollway.mock.faults import NO_FAULTS, FaultSpec, FaultSpecError, fault_spec, normalize_key, parse_fault_items
+from tollway.mock.openai_chat import OpenAIChat
+from tollway.mock.wire import Reply, RequestError, WireFormat
+
+__all__ = ["REQUEST_LOG_SIZE", "MockApp", "create_app"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
+
+REQUEST_LOG_SIZE = 1000
+
+_FORMATS: Final[dict[str, WireFormat]] = {
+    "/v1/chat/completions": OpenAIChat(),
+    "/v1/messages": AnthropicMessages(),
+}
+_FAULT_PREFIX: Final = "/_fault/"
+_JSON_TYPE: Final = (b"content-type", b"application/json")
+_SSE_HEADERS: Final = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+_MALFORMED_BODY: Final = b'{"id": "mock", not json'
+
+
+def create_app() -> MockApp:
+    """A new mock application with its own request log, fault defaults and counters."""
+    return MockApp()
+
+
+class MockApp:
+    """The ASGI application; its state is per instance (and so per worker process)."""
+
+    def __init__(self, *, request_log_size: int = REQUEST_LOG_SIZE) -> None:
+        self._seq = itertools.count(1)
+        self._log: deque[dict[str, Any]] = deque(maxlen=request_log_size)
+        self._defaults: dict[str, str] = {}
+        self._model_defaults: dict[str, dict[str, str]] = {}
+        self._fail_counts: dict[str, int] = {}
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """A copy of the request log, oldest first."""
+        return list(self._log)
+
+    def clear_requests(self) -> None:
+        self._log.clear()
+
+    def set_faults(self, faults: Mapping[str, object] | str, model: str | None = None) -> FaultSpec:
+        """Replace the default faults (for ``model`` only, when given); resets ``fail_first`` counters.
+
+        Raises :class:`~tollway.mock.faults.FaultSpecError` when the spec is invalid.
+        """
+        items = parse_fault_items(faults) if isinstance(faults, str) else _items(faults)
+        spec = fault_spec(items)
+        if model is None:
+            self._defaults = items
+        elif items:
+            self._model_defaults[model] = items
+        else:
+            self._model_defaults.pop(model, None)
+        self._fail_counts.clear()
+        return spec
+
+    def clear_faults(self) -> None:
+        """Drop every default fault and every ``fail_first`` counter."""
+        self._defaults = {}
+        self._model_defaults = {}
+        self._fail_counts.clear()
+
+    def reset(self) -> None:
+        self.clear_requests()
+        self.clear_faults()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await _lifespan(receive, send)
+        elif kind == "websocket":
+            await send({"type": "websocket.close", "code": 1000})
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        spec = ""
+        if path.startswith(_FAULT_PREFIX):
+            slash = path.find("/", len(_FAULT_PREFIX))
+            if slash < 0:
+                await _not_found(send, path)
+                return
+            spec, path = path[len(_FAULT_PREFIX) : slash], path[slash:]
+        wire = _FORMATS.get(path)
+        if wire is not None:
+            if scope["method"] != "POST":
+                await _method_not_allowed(send, b"POST")
+                return
+            try:
+                await self._provider(wire, spec, scope, receive, send)
+            except OSError:
+                return
+        elif path.startswith("/_mock/") and not spec:
+            await self._control(path, scope["method"], receive, send)
+        else:
+            await _not_found(send, path)
+
+    async def _provider(self, wire: WireFormat, spec: str, scope: Scope, receive: Receive, send: Send) -> None:
+        seq = next(self._seq)
+        bearer = api_key = auth = False
+        header_faults: dict[str, str] | None = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                auth = True
+                bearer = value[:7].lower() == b"bearer " and bool(value[7:].strip())
+            elif name == b"x-api-key":
+                auth = True
+                api_key = bool(value.strip())
+            elif name.startswith(b"x-mock-"):
+                if header_faults is None:
+                    header_faults = {}
+                header_faults[normalize_key(name[7:].decode("latin-1"))] = value.decode("latin-1").strip()
+        record: dict[str, Any] = {
+            "seq": seq,
+            "path": scope["path"],
+            "format": wire.name,
+            "model": None,
+            "stream": False,
+            "auth": auth,
+            "messages": 0,
+            "faults": "",
+            "status": None,
+        }
+        self._log.append(record)
+        exchange = _Exchange(wire, seq, record, receive, send)
+        raw = await _read_body(receive)
+        if raw is None:
+            return
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = None
+        if not isinstance(body, dict):
+            await exchange.error(400, "the request body must be a JSON object")
+            return
+        model = body.get("model")
+        messages = body.get("messages")
+        record["model"] = model if isinstance(model, str) else None
+        record["stream"] = body.get("stream") is True
+        record["messages"] = len(messages) if isinstance(messages, list) else 0
+        try:
+            faults = self._faults(spec, header_faults, record["model"])
+        except FaultSpecError as exc:
+            await exchange.error(400, str(exc))
+            return
+        record["faults"] = faults.canonical
+        await self._answer(exchange, body, faults, bearer, api_key)
+
+    def _faults(self, spec: str, header_faults: dict[str, str] | None, model: str | None) -> FaultSpec:
+        if header_faults is None and not self._defaults and not self._model_defaults:
+            return _path_faults(spec) if spec else NO_FAULTS
+        items = dict(self._defaults)
+        if model is not None and model in self._model_defaults:
+            items.update(self._model_defaults[model])
+        if spec:
+            items.update(parse_fault_items(spec))
+        if header_faults:
+            items.update(header_faults)
+        return fault_spec(items)
+
+    def _failing(self, faults: FaultSpec) -> bool:
+        """Whether this request gets the spec's failures; counts requests against ``fail_first``."""
+        if faults.fail_first is None:
+            return True
+        count = self._fail_counts.get(faults.canonical, 0) + 1
+        self._fail_counts[faults.canonical] = count
+        return count <= faults.fail_first
+
+    async def _answer(self, x: _Exchange, body: dict[str, Any], faults: FaultSpec, bearer: bool, api_key: bool) -> None:
+        delay = faults.delay_s(x.seq)
+        if delay:
+            await asyncio.sleep(delay)
+        if faults.require_auth and not x.wire.authorized(bearer, api_key):
+            await x.error(401, "Mock: missing or invalid API key")
+            return
+        try:
+            req = x.wire.parse(body)
+        except RequestError as exc:
+            await x.error(400, exc.message, param=exc.param)
+            return
+        failing = faults is not NO_FAULTS and self._failing(faults)
+        stall = faults.stall if failing else None
+        if stall is not None and stall[0] < 0 and await _stalled(x.receive, stall[1]):
+            return
+        status = faults.fail_status if failing else None
+        if status is not None:
+            await x.error(status, f"Mock fault: HTTP {status}", faults.error_type, _retry_headers(faults))
+            return
+        chunks = faults.chunks or DEFAULT_CHUNKS
+        reply: Reply
+        if req.tool is not None:
+            reply = tool_reply(req.tool, chunks)
+        else:
+            reply = text_reply(req.echo, faults.words, req.max_tokens, chunks)
+        if req.stream:
+            await self._stream(x, req, reply, faults, failing)
+        else:
+            await self._buffered(x, req, reply, faults, failing)
+
+    async def _buffered(self, x: _Exchange, req: MockRequest, reply: Reply, faults: FaultSpec, failing: bool) -> None:
+        if failing and faults.malformed is not None:
+            await x.respond(200, _MALFORMED_BODY, [_JSON_TYPE])
+            return
+        payload = x.wire.render(req, reply, x.seq, int(time.time()))
+        if failing and faults.abort_after is not None:
+            await x.start(200, [_JSON_TYPE])
+            await x.abort(payload[: len(payload) // 2], faults.abort_mode)
+            return
+        stall = faults.stall if failing else None
+        if stall is None or stall[0] < 0:
+            await x.respond(200, payload, [_JSON_TYPE])
+            return
+        await x.start(200, [_JSON_TYPE, (b"content-length", b"%d" % len(payload))])
+        if not await _stalled(x.receive, stall[1]):
+            await x.body(payload, more=False)
+
+    async def _stream(self, x: _Exchange, req: MockRequest, reply: Reply, faults: FaultSpec, failing: bool) -> None:
+        plan = x.wire.stream(req, reply, x.seq, int(time.time()))
+        await x.start(200, _SSE_HEADERS)
+        if not faults.paced:
+            await x.body(b"".join([plan.preamble, *plan.deltas, plan.tail]), more=False)
+            return
+        count = len(plan.deltas)
+        stall = faults.stall if failing else None
+        stall_at = min(stall[0], count) if stall is not None and stall[0] >= 0 else None
+        abort_at = _clamp(faults.abort_after, count, failing)
+        error_at = _clamp(faults.midstream_error, count, failing)
+        malformed_at = _clamp(faults.malformed, count, failing)
+        pending = plan.preamble
+        for k in range(count + 1):
+            if k:
+                gap = faults.ttft_ms if k == 1 else faults.chunk_gap_ms
+                if gap:
+                    await asyncio.sleep(gap / 1000)
+                frame = x.wire.malformed_frame if k == malformed_at else plan.deltas[k - 1]
+                await x.body(pending + frame)
+                pending = b""
+            if k == stall_at and stall is not None and await _stalled(x.receive, stall[1]):
+                return
+            if k == abort_at:
+                following = pending + (plan.deltas[k] if k < count else plan.tail)
+                await x.abort(following[: len(following) // 2], faults.abort_mode)
+                return
+            if k == error_at:
+                await x.body(pending + x.wire.midstream_error(faults.error_type), more=False)
+                return
+        await x.body(pending + plan.tail, more=False)
+
+    async def _control(self, path: str, method: str, receive: Receive, send: Send) -> None:
+        if path == "/_mock/health" and method == "GET":
+            await _json(send, 200, {"ok": True})
+        elif path == "/_mock/requests" and method in ("GET", "DELETE"):
+            if method == "DELETE":
+                self.clear_requests()
+                await _json(send, 200, {"ok": True})
+            else:
+                await _json(send, 200, self.requests)
+        elif path == "/_mock/faults" and method in ("GET", "POST", "DELETE"):
+            await self._control_faults(method, receive, send)
+        elif path in ("/_mock/health", "/_mock/requests", "/_mock/faults"):
+            await _method_not_allowed(send, b"GET, POST, DELETE")
+        else:
+            await _not_found(send, path)
+
+    async def _control_faults(self, method: str, receive: Receive, send: Send) -> None:
+        if method == "GET":
+            await _json(send, 200, {"defaults": self._defaults, "models": self._model_defaults})
+            return
+        if method == "DELETE":
+            self.clear_faults()
+            await _json(send, 200, {"ok": True})
+            return
+        raw = await _read_body(receive)
+        try:
+            body = orjson.loads(raw or b"")
+        except orjson.JSONDecodeError:
+            body = None
+        if not isinstance(body, dict):
+            await _json(send, 400, _control_error("the body must be a JSON object of fault settings"))
+            return
+        model = body.pop("model", None)
+        spec = body.pop("spec", None)
+        try:
+            items = {**parse_fault_items(spec), **_items(body)} if isinstance(spec, str) else _items(body)
+            faults = self.set_faults(items, model if isinstance(model, str) else None)
+        except FaultSpecError as exc:
+            await _json(send, 400, _control_error(str(exc)))
+            return
+        await _json(send, 200, {"ok": True, "faults": faults.canonical, "model": model})
+
+
+class _Exchange:
+    """One provider request's response side: where to send, and what to record."""
+
+    __slots__ = ("receive", "record", "send", "seq", "wire")
+
+    def __init__(self, wire: WireFormat, seq: int, record: dict[str, Any], receive: Receive, send: Send) -> None:
+        self.wire = wire
+        self.seq = seq
+        self.record = record
+        self.receive = receive
+        self.send = send
+
+    async def start(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        self.record["status"] = status
+        all_headers = [*headers, (self.wire.request_id_header, b"req_mock%d" % self.seq)]
+        await self.send({"type": "http.response.start", "status": status, "headers": all_headers})
+
+    async def body(self, data: bytes, *, more: bool = True) -> None:
+        await self.send({"type": "http.response.body", "body": data, "more_body": more})
+
+    async def respond(self, status: int, payload: bytes, headers: Headers) -> None:
+        await self.start(status, [*headers, (b"content-length", b"%d" % len(payload))])
+        await self.body(payload, more=False)
+
+    async def error(
+        self,
+        status: int,
+        message: str,
+        error_type: str | None = None,
+        headers: Headers | None = None,
+        param: str | None = None,
+    ) -> None:
+        await self.respond(status, self.wire.error(status, message, error_type, param), [_JSON_TYPE, *(headers or ())])
+
+    async def abort(self, partial: bytes, mode: str) -> None:
+        """End the body after ``partial``; ``reset`` leaves it unfinished so the server drops the connection."""
+        await self.body(partial, more=mode == "reset")
+
+
+def _clamp(k: int | None, count: int, failing: bool) -> int | None:
+    return None if k is None or not failing else min(k, count)
+
+
+def _retry_headers(faults: FaultSpec) -> Headers:
+    headers: Headers = []
+    if faults.retry_after is not None:
+        headers.append((b"retry-after", faults.retry_after.encode()))
+    if faults.retry_after_ms is not None:
+        headers.append((b"retry-after-ms", b"%d" % faults.retry_after_ms))
+    return headers
+
+
+async def _stalled(receive: Receive, seconds: float) -> bool:
+    """Wait ``seconds`` unless the client disconnects first; True when it did."""
+    try:
+        async with asyncio.timeout(seconds):
+            while (await receive())["type"] != "http.disconnect":
+                pass
+    except TimeoutError:
+        return False
+    return True
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body, or None when the client went away first."""
+    message = await receive()
+    if message["type"] != "http.request":
+        return None
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body
+    parts = [body]
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+def _items(faults: Mapping[str, object]) -> dict[str, str]:
+    items: dict[str, str] = {}
+    for key, value in faults.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            text = "1" if value else "0"
+        elif isinstance(value, str | int | float):
+            text = str(value)
+        else:
+            raise FaultSpecError(f"mock fault {key} must be a string, number or boolean")
+        items[normalize_key(key)] = text
+    return items
+
+
+@functools.lru_cache(maxsize=4096)
+def _path_faults(spec: str) -> FaultSpec:
+    return fault_spec(parse_fault_items(spec))
+
+
+def _control_error(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": "invalid_request"}}
+
+
+async def _json(send: Send, status: int, data: Any) -> None:
+    payload = orjson.dumps(data)
+    headers = [_JSON_TYPE, (b"content-length", b"%d" % len(payload))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+
+async def _not_found(send: Send, path: str) -> None:
+    message = f"Mock: no route for {path}"
+    await _json(
+        send, 404, {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": "not_found"}}
+    )
+
+
+async def _method_not_allowed(send: Send, allow: bytes) -> None:
+    payload = orjson.dumps(_control_error("Mock: method not allowed"))
+    headers = [_JSON_TYPE, (b"content-length", b"%d" % len(payload)), (b"allow", allow)]
+    await send({"type": "http.response.start", "status": 405, "headers": headers})
+    await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -1,0 +1,185 @@
+"""Deterministic reply content: derived from the request alone, never from a clock or RNG.
+
+A text reply is ``"Mock reply #<n>: "`` followed by the ``n`` words echoed from the last
+user-side message (OpenAI ``user``/``tool``, Anthropic ``user``, tool-result text included),
+truncated to :data:`ECHO_WORDS` words, or padded/truncated to exactly ``words`` words when
+the fault spec asks for a length. Echoing lets end-to-end tests check that placeholders
+survive a round trip through a gateway.
+
+Usage is deterministic too: prompt tokens are ``ceil(characters of message text / 4)``,
+completion tokens are the reply's word count (for a tool call, ``ceil(len(name + arguments) / 4)``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+__all__ = [
+    "DEFAULT_CHUNKS",
+    "ECHO_WORDS",
+    "MockRequest",
+    "TextReply",
+    "ToolReply",
+    "ToolSpec",
+    "content_text",
+    "pick_tool",
+    "split_text",
+    "text_reply",
+    "tool_arguments",
+    "tool_reply",
+]
+
+DEFAULT_CHUNKS = 5
+ECHO_WORDS = 64
+MIN_TOOL_FRAGMENTS = 3
+
+_FILLER = (
+    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima "
+    "mike november oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu"
+).split()
+_TOKEN = re.compile(r"\S+\s*")
+_SCALAR_BY_TYPE: dict[str, Any] = {"integer": 1, "number": 1.5, "boolean": True, "null": None}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """The tool the mock decided to call."""
+
+    name: str
+    schema: Mapping[str, Any]
+
+
+@dataclass(slots=True)
+class MockRequest:
+    """What the mock needs from a request, whatever its wire format."""
+
+    model: str
+    stream: bool
+    message_count: int
+    echo: str
+    prompt_chars: int
+    include_usage: bool = False
+    max_tokens: int | None = None
+    tool: ToolSpec | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return math.ceil(self.prompt_chars / 4)
+
+
+@dataclass(frozen=True, slots=True)
+class TextReply:
+    text: str
+    deltas: tuple[str, ...]
+    completion_tokens: int
+    truncated: bool
+    """True when ``max_tokens`` cut the reply short."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolReply:
+    name: str
+    arguments: str
+    """Compact JSON object."""
+    fragments: tuple[str, ...]
+    completion_tokens: int
+
+
+def content_text(content: Any) -> str:
+    """The text of a message ``content``: a string, or the text (and tool-result) parts of a list."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    parts: list[str] = []
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        elif kind == "tool_result":
+            parts.append(content_text(part.get("content")))
+    return " ".join(p for p in parts if p)
+
+
+@functools.lru_cache(maxsize=1024)
+def text_reply(echo: str, words: int | None, max_tokens: int | None, chunks: int) -> TextReply:
+    """Build (and cache) the reply to a request whose last user-side text is ``echo``."""
+    echoed = echo.split()
+    if words is None:
+        body = echoed[:ECHO_WORDS]
+    else:
+        pool = echoed + _FILLER * (words // len(_FILLER) + 1)
+        body = pool[:words]
+    all_words = ["Mock", "reply", f"#{len(body)}:", *body]
+    truncated = max_tokens is not None and 0 < max_tokens < len(all_words)
+    if truncated:
+        all_words = all_words[:max_tokens]
+    text = " ".join(all_words)
+    return TextReply(text, split_text(text, chunks), len(all_words), truncated)
+
+
+def split_text(text: str, chunks: int) -> tuple[str, ...]:
+    """Split into ``chunks`` non-empty deltas on word boundaries (on characters when words run out)."""
+    count = max(1, min(chunks, len(text)))
+    tokens = _TOKEN.findall(text)
+    if count > len(tokens):
+        tokens = list(text)
+    total = len(tokens)
+    return tuple("".join(tokens[i * total // count : (i + 1) * total // count]) for i in range(count))
+
+
+def tool_arguments(schema: Mapping[str, Any]) -> str:
+    """Compact JSON arguments built from a JSON schema's ``properties``, one mock value each."""
+    properties = schema.get("properties")
+    args: dict[str, Any] = {}
+    if isinstance(properties, dict):
+        for name, prop in properties.items():
+            args[str(name)] = _mock_value(str(name), prop if isinstance(prop, dict) else {})
+    return orjson.dumps(args).decode()
+
+
+def _mock_value(name: str, prop: Mapping[str, Any]) -> Any:
+    kind = prop.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "string":
+        return f"mock-{name}"
+    if kind == "array":
+        return []
+    if kind == "object":
+        return {}
+    if kind in _SCALAR_BY_TYPE:
+        return _SCALAR_BY_TYPE[kind]
+    enum = prop.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
+    return None
+
+
+def tool_reply(tool: ToolSpec, chunks: int) -> ToolReply:
+    arguments = tool_arguments(tool.schema)
+    count = max(1, min(max(chunks, MIN_TOOL_FRAGMENTS), len(arguments)))
+    size = len(arguments)
+    fragments = tuple(arguments[i * size // count : (i + 1) * size // count] for i in range(count))
+    tokens = math.ceil((len(tool.name) + len(arguments)) / 4)
+    return ToolReply(tool.name, arguments, fragments, tokens)
+
+
+def pick_tool(tools: Sequence[Any], forced: str | None, schema_key: str) -> ToolSpec | None:
+    """The forced tool (by name) or the first tool; ``tools`` entries are already unwrapped."""
+    for tool in tools:
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            continue
+        if forced is None or tool["name"] == forced:
+            schema = tool.get(schema_key)
+            return ToolSpec(tool["name"], schema if isinstance(schema, dict) else {})
+    return None

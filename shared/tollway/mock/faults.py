@@ -1,0 +1,210 @@
+"""Fault specifications: what a mock request should do wrong, and how the sources combine.
+
+A fault spec is a set of ``key=value`` settings. It reaches the mock three ways, and the
+later source wins key by key:
+
+1. defaults posted to ``/_mock/faults`` (global, then the request model's scoped defaults);
+2. the ``/_fault/<k=v,k=v>/`` path prefix;
+3. ``x-mock-<key>`` request headers (``-`` and ``_`` are interchangeable in the key).
+
+Settings are merged as raw strings and only then validated into one immutable
+:class:`FaultSpec`, cached by its canonical string, so a benchmark that sends the same
+spec on every request pays for parsing once.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["FAULT_KEYS", "NO_FAULTS", "FaultSpec", "FaultSpecError", "fault_spec", "parse_fault_items"]
+
+DEFAULT_STALL_MS = 600_000
+DEFAULT_FAIL_STATUS = 503
+_MASK64 = (1 << 64) - 1
+
+_ALIASES = {"latency_ms": "delay_ms", "jitter_ms": "latency_jitter_ms"}
+_INT_KEYS = frozenset(
+    {
+        "status",
+        "retry_after_ms",
+        "fail_first",
+        "delay_ms",
+        "latency_jitter_ms",
+        "ttft_ms",
+        "chunk_gap_ms",
+        "chunks",
+        "words",
+        "stall_ms",
+        "stall_at",
+        "abort_after",
+        "malformed",
+        "midstream_error",
+        "require_auth",
+    }
+)
+_TEXT_KEYS = frozenset({"retry_after", "error_type", "abort_mode", "tag"})
+FAULT_KEYS: frozenset[str] = _INT_KEYS | _TEXT_KEYS | frozenset(_ALIASES)
+"""Every key a fault spec accepts, aliases included."""
+
+_MINIMUM = {"status": 400, "chunks": 1, "stall_at": -1, "malformed": 1}
+_MAXIMUM = {"status": 599, "chunks": 100_000, "words": 1_000_000}
+
+
+class FaultSpecError(ValueError):
+    """A fault spec names an unknown key or carries a value the key does not accept."""
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSpec:
+    """The validated, merged faults for one request; ``None`` means "not requested"."""
+
+    canonical: str = ""
+    """Sorted ``k=v,k=v`` form; requests with equal strings share one ``fail_first`` counter."""
+    status: int | None = None
+    retry_after: str | None = None
+    retry_after_ms: int | None = None
+    error_type: str | None = None
+    fail_first: int | None = None
+    delay_ms: int = 0
+    latency_jitter_ms: int = 0
+    ttft_ms: int = 0
+    chunk_gap_ms: int = 0
+    chunks: int | None = None
+    words: int | None = None
+    stall_ms: int | None = None
+    stall_at: int | None = None
+    abort_after: int | None = None
+    abort_mode: str = "close"
+    malformed: int | None = None
+    midstream_error: int | None = None
+    require_auth: bool = False
+    tag: str | None = None
+
+    def delay_s(self, seq: int) -> float:
+        """Seconds to wait before answering request ``seq``: ``delay_ms`` plus its jitter.
+
+        The jitter is a splitmix64 hash of the sequence number, so a run's latency
+        distribution is reproducible without a random generator.
+        """
+        delay = self.delay_ms
+        if self.latency_jitter_ms:
+            z = (seq * 0x9E3779B97F4A7C15) & _MASK64
+            z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+            delay += (z ^ (z >> 31)) % (self.latency_jitter_ms + 1)
+        return delay / 1000
+
+    @property
+    def failing(self) -> bool:
+        """True when the spec asks for any failure that ``fail_first`` gates."""
+        return (
+            self.status is not None
+            or self.stall_ms is not None
+            or self.stall_at is not None
+            or self.abort_after is not None
+            or self.malformed is not None
+            or self.midstream_error is not None
+        )
+
+    @property
+    def fail_status(self) -> int | None:
+        """The error status to answer; ``fail_first`` alone implies 503."""
+        if self.status is None and self.fail_first is not None and not self.failing:
+            return DEFAULT_FAIL_STATUS
+        return self.status
+
+    @property
+    def stall(self) -> tuple[int, float] | None:
+        """``(stall_at, seconds)`` when a stall is requested."""
+        if self.stall_ms is None and self.stall_at is None:
+            return None
+        at = -1 if self.stall_at is None else self.stall_at
+        ms = DEFAULT_STALL_MS if self.stall_ms is None else self.stall_ms
+        return at, ms / 1000.0
+
+    @property
+    def paced(self) -> bool:
+        """True when a stream must be sent frame by frame instead of in one write."""
+        return bool(
+            self.ttft_ms
+            or self.chunk_gap_ms
+            or self.stall_at is not None
+            or self.stall_ms is not None
+            or self.abort_after is not None
+            or self.malformed is not None
+            or self.midstream_error is not None
+        )
+
+
+NO_FAULTS = FaultSpec()
+
+
+def parse_fault_items(spec: str) -> dict[str, str]:
+    """Split ``"k=v,k=v"`` into raw settings, resolving aliases; values are validated later."""
+    items: dict[str, str] = {}
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise FaultSpecError(f"mock fault {part!r} is not of the form key=value")
+        items[normalize_key(key)] = value.strip()
+    return items
+
+
+def normalize_key(key: str) -> str:
+    key = key.strip().lower().replace("-", "_")
+    return _ALIASES.get(key, key)
+
+
+def fault_spec(items: Mapping[str, str]) -> FaultSpec:
+    """Validate merged raw settings into a :class:`FaultSpec` (cached by canonical form)."""
+    if not items:
+        return NO_FAULTS
+    return _build(tuple(sorted({normalize_key(k): v for k, v in items.items()}.items())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _build(items: tuple[tuple[str, str], ...]) -> FaultSpec:
+    values: dict[str, object] = {}
+    for key, raw in items:
+        if key in _INT_KEYS:
+            values[key] = _int(key, raw)
+        elif key in _TEXT_KEYS:
+            values[key] = raw
+        else:
+            known = ", ".join(sorted(FAULT_KEYS))
+            raise FaultSpecError(f"unknown mock fault key {key!r}; known keys: {known}")
+    if "retry_after" in values:
+        _check_retry_after(str(values["retry_after"]))
+    if values.get("abort_mode", "close") not in ("close", "reset"):
+        raise FaultSpecError("mock fault abort_mode must be 'close' or 'reset'")
+    if "require_auth" in values:
+        values["require_auth"] = bool(values["require_auth"])
+    canonical = ",".join(f"{key}={raw}" for key, raw in items)
+    return FaultSpec(canonical=canonical, **values)  # type: ignore[arg-type]
+
+
+def _int(key: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise FaultSpecError(f"mock fault {key} must be an integer, got {raw!r}") from None
+    low = _MINIMUM.get(key, 0)
+    high = _MAXIMUM.get(key)
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise FaultSpecError(f"mock fault {key} must be {bound}, got {value}")
+    return value
+
+
+def _check_retry_after(raw: str) -> None:
+    try:
+        ok = float(raw) >= 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise FaultSpecError(f"mock fault retry_after must be a non-negative number of seconds, got {raw!r}")

@@ -1,0 +1,374 @@
+"""Codec for the Anthropic Messages API (``anthropic-version: 2023-06-01``).
+
+The canonical request is shaped after OpenAI's, so encoding reshapes it: system and
+developer messages become the top-level ``system`` string, tool results become
+``tool_result`` blocks of a user turn, and consecutive turns of the same role merge because
+Anthropic requires user and assistant turns to alternate.
+
+In a stream, Anthropic numbers content blocks across text and tool use alike; OpenAI's
+tool-call ``index`` (and so the canonical one) counts tool calls only. The stream decoder
+maps one to the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import orjson
+
+from tollway.canonical import (
+    CanonicalRequest,
+    CanonicalResponse,
+    ContentPart,
+    FinishReason,
+    Message,
+    StreamEvent,
+    StreamFinish,
+    StreamStart,
+    StreamUsage,
+    TextDelta,
+    TextPart,
+    ToolCall,
+    ToolCallDelta,
+    ToolChoice,
+    ToolDefinition,
+    Usage,
+)
+from tollway.exceptions import InvalidRequest, UnsupportedParameter, UpstreamCategory, UpstreamError
+from tollway.providers.base import ProviderFormat, SseEvent, Target, UpstreamRequest
+from tollway.providers.openai_chat import (
+    ErrorInfo,
+    as_int,
+    describe,
+    error_fields,
+    error_info,
+    load_object,
+    malformed,
+    refine_category,
+    retry_after,
+    status_category,
+    str_or_none,
+)
+
+__all__ = ["AnthropicMessagesCodec"]
+
+ANTHROPIC_VERSION = "2023-06-01"
+_HEADERS: Mapping[str, str] = MappingProxyType(
+    {"anthropic-version": ANTHROPIC_VERSION, "content-type": "application/json"}
+)
+
+_FINISH: Mapping[str, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+_TOOL_CHOICE = {"auto": "auto", "required": "any", "function": "tool", "none": "none"}
+
+_ERROR_TYPES: Mapping[str, UpstreamCategory] = {
+    "invalid_request_error": UpstreamCategory.INVALID_REQUEST,
+    "request_too_large": UpstreamCategory.INVALID_REQUEST,
+    "authentication_error": UpstreamCategory.AUTHENTICATION,
+    "permission_error": UpstreamCategory.PERMISSION,
+    "billing_error": UpstreamCategory.PERMISSION,
+    "not_found_error": UpstreamCategory.NOT_FOUND,
+    "rate_limit_error": UpstreamCategory.RATE_LIMIT,
+    "timeout_error": UpstreamCategory.TIMEOUT,
+    "api_error": UpstreamCategory.SERVER,
+    "overloaded_error": UpstreamCategory.OVERLOADED,
+}
+
+
+class AnthropicMessagesCodec:
+    """``POST v1/messages`` relative to a base URL such as ``https://api.anthropic.com``.
+
+    ``req.extensions`` are not forwarded: they are OpenAI-format fields.
+    """
+
+    format: ClassVar[ProviderFormat] = ProviderFormat.ANTHROPIC_MESSAGES
+
+    def encode_request(self, req: CanonicalRequest, target: Target) -> UpstreamRequest:
+        if req.response_format is not None and req.response_format.type != "text":
+            raise UnsupportedParameter(
+                f"response_format {req.response_format.type} is not supported by this model.", param="response_format"
+            )
+        system, messages = _conversation(req.messages)
+        max_tokens = req.max_output_tokens
+        body: dict[str, Any] = {
+            "model": target.model,
+            "max_tokens": max_tokens if max_tokens is not None else target.default_max_output_tokens,
+        }
+        if system:
+            body["system"] = system
+        body["messages"] = messages
+        optional: dict[str, Any] = {
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+            "stop_sequences": req.stop,
+            "metadata": {"user_id": req.user} if req.user is not None else None,
+        }
+        body.update((k, v) for k, v in optional.items() if v is not None)
+        if req.tools:
+            body["tools"] = [_tool(t) for t in req.tools]
+            choice = _tool_choice(req.tool_choice, req.parallel_tool_calls)
+            if choice is not None:
+                body["tool_choice"] = choice
+        if req.stream:
+            body["stream"] = True
+        return UpstreamRequest(path="v1/messages", body=orjson.dumps(body), headers=_HEADERS, stream=req.stream)
+
+    def decode_response(self, status: int, body: bytes) -> CanonicalResponse:
+        doc = load_object(body, status=status, what="response")
+        blocks = doc.get("content")
+        if not isinstance(blocks, list):
+            raise malformed("response has no content list", status=status)
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for block in blocks:
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "text":
+                text = block.get("text")
+                if not isinstance(text, str):
+                    raise malformed("text block has no text", status=status)
+                texts.append(text)
+            elif kind == "tool_use":
+                calls.append(_decode_tool_use(block, status))
+        stop = doc.get("stop_reason")
+        raw_usage = doc.get("usage")
+        return CanonicalResponse(
+            content="".join(texts) if texts or not calls else None,
+            tool_calls=calls or None,
+            finish_reason=_FINISH.get(stop, "stop") if isinstance(stop, str) else "stop",
+            usage=_usage(raw_usage) if isinstance(raw_usage, dict) else None,
+            provider_response_id=str_or_none(doc.get("id")),
+        )
+
+    async def decode_stream(self, events: AsyncIterator[SseEvent]) -> AsyncIterator[StreamEvent]:
+        state = _StreamState()
+        started = False
+        async for sse in events:
+            doc = load_object(sse.data, status=None, what="stream event")
+            kind = doc.get("type")
+            kind = kind if isinstance(kind, str) else sse.event
+            if kind == "error":
+                raise _stream_error(doc)
+            if not started:
+                started = True
+                message = doc.get("message") if kind == "message_start" else None
+                yield StreamStart(str_or_none(message.get("id")) if isinstance(message, dict) else None)
+            if kind == "message_stop":
+                if state.usage:
+                    yield StreamUsage(_usage(state.usage))
+                return
+            for event in state.apply(kind, doc):
+                yield event
+        raise malformed("stream ended before message_stop")
+
+    def decode_error(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamError:
+        info = error_info(body)
+        category = status_category(status)
+        if info is not None:
+            if info.type == "overloaded_error":
+                category = UpstreamCategory.OVERLOADED
+            category = refine_category(category, info)
+        return UpstreamError(category, status=status, retry_after=retry_after(headers), detail=describe(info, body))
+
+
+def _conversation(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
+    """The ``system`` string and the alternating turns, merging neighbours of the same role."""
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role in ("system", "developer"):
+            text = m.text()
+            if text:
+                system.append(text)
+            continue
+        role = "assistant" if m.role == "assistant" else "user"
+        blocks = _blocks(m)
+        if not blocks:
+            continue
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    return "\n\n".join(system), turns
+
+
+def _blocks(m: Message) -> list[dict[str, Any]]:
+    if m.role == "tool":
+        if not m.tool_call_id:
+            raise InvalidRequest("A tool message needs a tool_call_id.", param="messages")
+        content: str | list[dict[str, Any]] = m.text()
+        if isinstance(m.content, list) and any(not isinstance(p, TextPart) for p in m.content):
+            content = _content_blocks(m.content)
+        return [{"type": "tool_result", "tool_use_id": m.tool_call_id, "content": content}]
+    blocks = _content_blocks(m.content)
+    for call in m.tool_calls or ():
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call)})
+    return blocks
+
+
+def _content_blocks(content: str | list[ContentPart] | None) -> list[dict[str, Any]]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return [_part(p) for p in content if not isinstance(p, TextPart) or p.text]
+
+
+def _part(part: ContentPart) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    url = part.url
+    if url.startswith("data:"):
+        header, comma, data = url[len("data:") :].partition(",")
+        media_type, *params = header.split(";")
+        if not comma or "base64" not in params or not media_type:
+            raise InvalidRequest("An image data URL must be data:<media-type>;base64,<data>.", param="messages")
+        return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+    if url.startswith(("https://", "http://")):
+        return {"type": "image", "source": {"type": "url", "url": url}}
+    raise InvalidRequest("An image URL must be an http(s) URL or a base64 data URL.", param="messages")
+
+
+def _tool_input(call: ToolCall) -> dict[str, Any]:
+    """The call's arguments as an object. Empty arguments mean no arguments: some
+    OpenAI-compatible servers emit ``""`` for a tool without parameters."""
+    if not call.arguments.strip():
+        return {}
+    try:
+        value = orjson.loads(call.arguments)
+    except orjson.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"The arguments of tool call {call.id!r} must be a JSON object.", param="messages")
+    return value
+
+
+def _tool(tool: ToolDefinition) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": tool.name}
+    if tool.description is not None:
+        out["description"] = tool.description
+    out["input_schema"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
+    return out
+
+
+def _tool_choice(choice: ToolChoice | None, parallel: bool | None) -> dict[str, Any] | None:
+    if choice is None and parallel is not False:
+        return None
+    mode = choice.mode if choice is not None else "auto"
+    out: dict[str, Any] = {"type": _TOOL_CHOICE[mode]}
+    if mode == "function":
+        if choice is None or not choice.name:
+            raise InvalidRequest("tool_choice of type function needs a function name.", param="tool_choice")
+        out["name"] = choice.name
+    if parallel is False and mode != "none":
+        out["disable_parallel_tool_use"] = True
+    return out
+
+
+def _decode_tool_use(block: Mapping[str, Any], status: int) -> ToolCall:
+    call_id, name = block.get("id"), block.get("name")
+    if not (isinstance(call_id, str) and isinstance(name, str)):
+        raise malformed("tool_use block lacks a string id or name", status=status)
+    return ToolCall(id=call_id, name=name, arguments=orjson.dumps(block.get("input", {})).decode())
+
+
+def _usage(raw: Mapping[str, Any]) -> Usage:
+    """Anthropic's ``input_tokens`` excludes cached tokens; the canonical prompt count includes them."""
+    cache_read = as_int(raw.get("cache_read_input_tokens"))
+    cache_creation = as_int(raw.get("cache_creation_input_tokens"))
+    return Usage(
+        prompt_tokens=as_int(raw.get("input_tokens")) + cache_read + cache_creation,
+        completion_tokens=as_int(raw.get("output_tokens")),
+        cached_prompt_tokens=cache_read,
+        cache_creation_tokens=cache_creation,
+    )
+
+
+def _stream_error(doc: Mapping[str, Any]) -> UpstreamError:
+    info = error_fields(doc) or ErrorInfo(None, None, "")
+    category = refine_category(_ERROR_TYPES.get(info.type or "", UpstreamCategory.SERVER), info)
+    return UpstreamError(category, detail="stream error " + describe(info, b""))
+
+
+class _StreamState:
+    """What a stream has told so far: usage counters and which content blocks are tool calls."""
+
+    __slots__ = ("args_seen", "tools", "usage")
+
+    _USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+    def __init__(self) -> None:
+        self.usage: dict[str, int] = {}
+        """Provider-reported counters; cumulative, so a later report replaces an earlier one."""
+        self.tools: dict[int, int] = {}
+        """Content block index → tool-call ordinal."""
+        self.args_seen: set[int] = set()
+
+    def apply(self, kind: str | None, doc: Mapping[str, Any]) -> list[StreamEvent]:
+        """The canonical events of one upstream event. Unknown event types (``ping``, and any
+        Anthropic adds later) carry nothing, as Anthropic asks clients to assume."""
+        if kind == "message_start":
+            message = doc.get("message")
+            self._count(message.get("usage") if isinstance(message, dict) else None)
+            return []
+        if kind == "message_delta":
+            self._count(doc.get("usage"))
+            delta = doc.get("delta")
+            stop = delta.get("stop_reason") if isinstance(delta, dict) else None
+            return [StreamFinish(_FINISH.get(stop, "stop"))] if isinstance(stop, str) else []
+        index = doc.get("index")
+        if not isinstance(index, int):
+            return []
+        if kind == "content_block_start":
+            return self._block_start(index, doc.get("content_block"))
+        if kind == "content_block_delta":
+            return self._block_delta(index, doc.get("delta"))
+        if kind == "content_block_stop" and index in self.tools and self.tools[index] not in self.args_seen:
+            return [ToolCallDelta(index=self.tools[index], arguments="{}")]
+        return []
+
+    def _count(self, raw: object) -> None:
+        if not isinstance(raw, dict):
+            return
+        for key in self._USAGE_KEYS:
+            value = raw.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                self.usage[key] = value
+
+    def _block_start(self, index: int, block: object) -> list[StreamEvent]:
+        if not isinstance(block, dict):
+            return []
+        kind = block.get("type")
+        if kind == "text":
+            text = block.get("text")
+            return [TextDelta(text)] if isinstance(text, str) and text else []
+        if kind != "tool_use":
+            return []
+        call_id, name = block.get("id"), block.get("name")
+        if not (isinstance(call_id, str) and isinstance(name, str)):
+            raise malformed("tool_use block lacks a string id or name")
+        ordinal = self.tools[index] = len(self.tools)
+        return [ToolCallDelta(index=ordinal, id=call_id, name=name)]
+
+    def _block_delta(self, index: int, delta: object) -> list[StreamEvent]:
+        if not isinstance(delta, dict):
+            return []
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text = delta.get("text")
+            return [TextDelta(text)] if isinstance(text, str) and text else []
+        if kind == "input_json_delta" and index in self.tools:
+            fragment = delta.get("partial_json")
+            if isinstance(fragment, str) and fragment:
+                self.args_seen.add(self.tools[index])
+                return [ToolCallDelta(index=self.tools[index], arguments=fragment)]
+        return []

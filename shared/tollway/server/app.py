@@ -1,0 +1,329 @@
+"""The HTTP surface: ``GET /v1/models``, ``POST /v1/chat/completions``, health, errors.
+
+Handlers parse, call the runtime, and render. They are plain Starlette endpoints (no FastAPI
+dependency injection on the hot path); ``create_app`` mounts them on a FastAPI application so
+the Lambda entrypoints and server mode share one app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tollway.api.chat_request import parse_body, to_canonical
+from tollway.api.chat_response import ChunkRenderer, render_completion
+from tollway.api.errors import error_body, error_headers
+from tollway.canonical import StreamFinish, TextDelta, ToolCallDelta, Usage
+from tollway.exceptions import (
+    DeadlineExceeded,
+    GatewayError,
+    InvalidRequest,
+    ModelNotFound,
+    RequestTooLarge,
+    UnsupportedMediaType,
+    UpstreamError,
+)
+from tollway.gateway import CommittedStream, RequestContext
+from tollway.governance.principals import Principal, authenticate
+from tollway.server.runtime import GatewayRuntime
+from tollway.server.streaming import SseResponse
+
+__all__ = ["create_app"]
+
+access_log = logging.getLogger("tollway.access")
+log = logging.getLogger("tollway.server")
+
+_JSON = "application/json"
+
+
+class RequestIdMiddleware:
+    """Gives every request an id and puts ``x-request-id`` on every response, errors included."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = "req_" + secrets.token_hex(12)
+        scope.setdefault("state", {})["request_id"] = rid
+        header = (b"x-request-id", rid.encode())
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def _error(err: GatewayError) -> Response:
+    return Response(error_body(err), status_code=err.status, media_type=_JSON, headers=error_headers(err))
+
+
+def _runtime(request: Request) -> GatewayRuntime:
+    runtime: GatewayRuntime = request.app.state.runtime
+    return runtime
+
+
+async def _read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None:
+        if not length.isdigit():
+            raise InvalidRequest("Invalid Content-Length header.")
+        if int(length) > max_bytes:
+            raise RequestTooLarge(f"The request body exceeds {max_bytes} bytes.")
+    encoding = request.headers.get("content-encoding")
+    if encoding and encoding.lower() != "identity":
+        raise UnsupportedMediaType("Content-Encoding is not supported; send an uncompressed body.")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise RequestTooLarge(f"The request body exceeds {max_bytes} bytes.")
+                chunks.append(chunk)
+    except TimeoutError:
+        err = InvalidRequest("The request body was not received in time.")
+        err.status = 408
+        err.code = "request_timeout"
+        raise err from None
+    return b"".join(chunks)
+
+
+def _check_content_type(request: Request) -> None:
+    ctype = request.headers.get("content-type", "")
+    if ctype.split(";", 1)[0].strip().lower() != _JSON:
+        raise UnsupportedMediaType()
+
+
+def _log_access(ctx: RequestContext | None, principal: Principal | None, status: int, stream: bool, rid: str) -> None:
+    if not access_log.isEnabledFor(logging.INFO):
+        return
+    record: dict[str, Any] = {"request_id": rid, "status": status, "stream": stream}
+    if principal is not None:
+        record["principal"] = principal.id
+        record["tenant"] = principal.tenant
+    if ctx is not None:
+        record["alias"] = ctx.plan.name
+        record["duration_ms"] = round((time.monotonic() - ctx.received) * 1000, 2)
+        record["attempts"] = [(a.route_id, a.outcome, a.error_category) for a in ctx.attempts]
+        if ctx.usage is not None:
+            record["usage"] = [ctx.usage.prompt_tokens, ctx.usage.completion_tokens, ctx.usage.evidence.value]
+    access_log.info(orjson.dumps(record).decode())
+
+
+async def list_models(request: Request) -> Response:
+    root = _runtime(request).holder.root
+    try:
+        principal = authenticate(request.headers.get("authorization"), root.keys)
+    except GatewayError as err:
+        return _error(err)
+    data = [
+        {"id": name, "object": "model", "created": 0, "owned_by": "tollway"}
+        for name in root.aliases
+        if principal.may_use(name)
+    ]
+    return Response(orjson.dumps({"object": "list", "data": data}), media_type=_JSON)
+
+
+async def chat_completions(request: Request) -> Response:
+    runtime = _runtime(request)
+    root = runtime.holder.root
+    rid: str = request.scope["state"]["request_id"]
+    principal: Principal | None = None
+    ctx: RequestContext | None = None
+    stream = False
+    admitted = False
+    try:
+        principal = authenticate(request.headers.get("authorization"), root.keys)
+        _check_content_type(request)
+        raw = await _read_body(request, root.limits.max_request_body_bytes, root.limits.body_read_timeout_s)
+        env = parse_body(raw)
+        plan = root.aliases.get(env.model)
+        if plan is None or not principal.may_use(env.model):
+            raise ModelNotFound(f"The model '{env.model[:200]}' does not exist or you do not have access to it.")
+        creq = to_canonical(env, plan)
+        stream = creq.stream
+        runtime.admission.acquire(root, stream)
+        admitted = True
+        loop = asyncio.get_running_loop()
+        session_id = request.headers.get(root.limits.session_header)
+        ctx = RequestContext(
+            request_id=rid,
+            principal=principal,
+            root=root,
+            plan=plan,
+            deadline=loop.time() + root.limits.request_timeout_s,
+            session_id=session_id[:128] if session_id else None,
+        )
+        created = int(time.time())
+        response_id = "chatcmpl-" + rid[4:]
+        if stream:
+            committed = await runtime.gateway.open_stream(ctx, creq)
+            renderer = ChunkRenderer(response_id, created, plan.name, creq.include_usage)
+            admitted = False  # the stream session releases from here on
+            session = _StreamSession(runtime, ctx, committed, renderer, creq.include_usage)
+            return SseResponse(
+                session.frames(),
+                on_close=session.close,
+                headers={},
+                write_timeout_s=root.limits.downstream_write_timeout_s,
+                lifetime_s=root.limits.max_stream_lifetime_s,
+                lifetime_frame=ChunkRenderer.error(DeadlineExceeded("The stream exceeded its maximum lifetime.")),
+            )
+        result = await runtime.gateway.complete(ctx, creq)
+        body = render_completion(response_id, created, plan.name, result)
+        _log_access(ctx, principal, 200, False, rid)
+        return Response(body, media_type=_JSON)
+    except GatewayError as err:
+        _log_access(ctx, principal, err.status, stream, rid)
+        return _error(err)
+    except ClientDisconnect:
+        _log_access(ctx, principal, 499, stream, rid)
+        return Response(status_code=499)
+    finally:
+        if admitted:
+            runtime.admission.release(stream)
+
+
+class _StreamSession:
+    """One committed stream's frames and its cleanup, which runs exactly once.
+
+    Cleanup is not left to the frame generator's ``finally``: a generator that never
+    started (the client left before the first write) would never run it.
+    """
+
+    __slots__ = ("_closed", "_committed", "_ctx", "_error", "_include_usage", "_renderer", "_runtime", "_status")
+
+    def __init__(
+        self,
+        runtime: GatewayRuntime,
+        ctx: RequestContext,
+        committed: CommittedStream,
+        renderer: ChunkRenderer,
+        include_usage: bool,
+    ) -> None:
+        self._runtime = runtime
+        self._ctx = ctx
+        self._committed = committed
+        self._renderer = renderer
+        self._include_usage = include_usage
+        self._error: BaseException | None = None
+        self._status = 499
+        self._closed = False
+
+    async def frames(self) -> AsyncGenerator[bytes, None]:
+        renderer = self._renderer
+        try:
+            async for ev in self._committed.events():
+                if isinstance(ev, TextDelta):
+                    yield renderer.text(ev.text)
+                elif isinstance(ev, ToolCallDelta):
+                    yield renderer.tool_call(ev)
+                elif isinstance(ev, StreamFinish):
+                    yield renderer.finish(ev.reason)
+            if self._include_usage:
+                yield renderer.usage(self._ctx.usage or Usage(completion_tokens=0))
+            yield renderer.done
+            self._status = 200
+        except UpstreamError as exc:
+            self._error, self._status = exc, 502
+            yield renderer.error(exc.to_gateway_error())
+        except BaseException as exc:
+            self._error = exc
+            raise
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._committed.aclose(self._error)
+        finally:
+            self._runtime.admission.release(True)
+            ctx = self._ctx
+            _log_access(ctx, ctx.principal, self._status, True, ctx.request_id)
+
+
+async def healthz(request: Request) -> Response:
+    root = _runtime(request).holder.root
+    return Response(orjson.dumps({"status": "ok", "generation": root.generation}), media_type=_JSON)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    if status == 404:
+        err: GatewayError = InvalidRequest("Unknown path.")
+        err.status, err.code = 404, "not_found"
+    elif status == 405:
+        err = InvalidRequest("Method not allowed.")
+        err.status, err.code = 405, "method_not_allowed"
+    else:
+        err = GatewayError()
+    return _error(err)
+
+
+async def _unhandled(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error (request %s)", request.scope.get("state", {}).get("request_id"))
+    return _error(GatewayError())
+
+
+def create_app(config_path: str | Path | None = None, *, watch_interval_s: float | None = 1.0) -> Any:
+    """Build the gateway ASGI app for ``config_path`` (default: ``$TOLLWAY_CONFIG``)."""
+    from fastapi import FastAPI
+
+    path = Path(config_path or os.environ.get("TOLLWAY_CONFIG", ""))
+    if not str(path):
+        raise RuntimeError("no config: pass config_path or set TOLLWAY_CONFIG")
+    runtime = GatewayRuntime.load(path)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        tasks: list[asyncio.Future[Any]] = []
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGHUP, lambda: tasks.append(asyncio.ensure_future(runtime.reload())))
+        if watch_interval_s:
+            tasks.append(asyncio.ensure_future(runtime.watch(watch_interval_s)))
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(signal.SIGHUP)
+            for t in tasks:
+                t.cancel()
+            await runtime.aclose()
+
+    app = FastAPI(
+        title="Tollway",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error, Exception: _unhandled},
+    )
+    app.state.runtime = runtime
+    prefix = "/v1"
+    app.router.add_route(f"{prefix}/models", list_models, methods=["GET"])
+    app.router.add_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"])
+    app.router.add_route("/healthz", healthz, methods=["GET"])
+    app.add_middleware(RequestIdMiddleware)
+    return app

@@ -1,0 +1,118 @@
+"""What one gateway process holds: the active root, its publisher, admission counters, reload.
+
+Reload compiles a candidate off the request path and swaps it in with one assignment. A
+candidate that fails to load, validate or compile leaves the active root in place, and the
+log says why (the issue paths, never a secret value).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tollway.config.loader import load_config
+from tollway.config.root import PublishedRoot, Publisher, RootHolder
+from tollway.exceptions import ConfigError, Overloaded
+from tollway.gateway import Gateway
+
+__all__ = ["Admission", "GatewayRuntime"]
+
+log = logging.getLogger("tollway.runtime")
+
+
+@dataclass(slots=True)
+class Admission:
+    """Fail-fast in-flight permits: buffered requests and streams have separate pools."""
+
+    requests: int = 0
+    streams: int = 0
+
+    def acquire(self, root: PublishedRoot, stream: bool) -> None:
+        limits = root.limits
+        if self.requests >= limits.max_concurrent_requests or (
+            stream and self.streams >= limits.max_concurrent_streams
+        ):
+            err = Overloaded(retry_after=1)
+            err.status = limits.overload_status
+            raise err
+        self.requests += 1
+        if stream:
+            self.streams += 1
+
+    def release(self, stream: bool) -> None:
+        self.requests -= 1
+        if stream:
+            self.streams -= 1
+
+
+@dataclass
+class GatewayRuntime:
+    config_path: Path
+    publisher: Publisher
+    holder: RootHolder
+    gateway: Gateway = field(default_factory=Gateway)
+    admission: Admission = field(default_factory=Admission)
+    _stamp: tuple[float, int] | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @classmethod
+    def load(cls, config_path: Path) -> GatewayRuntime:
+        """Load and publish the first root; an invalid file is fatal at start."""
+        publisher = Publisher()
+        root = publisher.publish(load_config(config_path))
+        runtime = cls(config_path=config_path, publisher=publisher, holder=RootHolder(root))
+        runtime._stamp = runtime._file_stamp()
+        return runtime
+
+    def _file_stamp(self) -> tuple[float, int] | None:
+        try:
+            st = os.stat(self.config_path)
+        except OSError:
+            return None
+        return (st.st_mtime, st.st_size)
+
+    async def reload(self) -> bool:
+        """Compile the file again; swap on success, keep the active root on any failure."""
+        active = self.holder.root
+        try:
+            cfg = await asyncio.to_thread(load_config, self.config_path)
+            candidate = self.publisher.publish(cfg)
+        except ConfigError as exc:
+            log.error(
+                "config reload rejected; generation %d stays active: %s",
+                active.generation,
+                "; ".join(str(i) for i in exc.issues),
+            )
+            return False
+        except OSError as exc:
+            log.error(
+                "config reload failed to read the file (%s); generation %d stays active",
+                exc.strerror,
+                active.generation,
+            )
+            return False
+        if candidate.digest == active.digest:
+            return True
+        old = self.holder.swap(candidate)
+        log.info("config generation %d active (digest %s)", candidate.generation, candidate.digest[:12])
+        task = asyncio.ensure_future(self.publisher.retire(old, candidate))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def watch(self, interval_s: float = 1.0) -> None:
+        """Poll the file's mtime and size; reload when they change."""
+        while True:
+            await asyncio.sleep(interval_s)
+            stamp = self._file_stamp()
+            if stamp is not None and stamp != self._stamp:
+                self._stamp = stamp
+                await self.reload()
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await self.publisher.aclose()

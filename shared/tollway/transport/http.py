@@ -1,0 +1,144 @@
+"""One pooled HTTP client per provider deployment, and the httpx → ``UpstreamError`` boundary.
+
+A ``ProviderTransport`` is built when a root is published and reused by every request that
+routes to its deployment. It owns the base URL and the credential headers; codecs only ever
+see relative paths, and nothing the client sends can change either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import httpx
+
+from tollway.exceptions import UpstreamCategory, UpstreamError
+from tollway.providers.base import UpstreamRequest
+
+__all__ = ["ProviderTransport", "TransportSettings", "UpstreamResponse", "map_http_error"]
+
+_MAX_ERROR_BODY = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TransportSettings:
+    base_url: str
+    connect_timeout_s: float
+    request_timeout_s: float
+    stream_idle_timeout_s: float
+    max_connections: int = 256
+    max_response_bytes: int = 16 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class UpstreamResponse:
+    status: int
+    headers: httpx.Headers
+    _response: httpx.Response
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.aiter_bytes():
+                yield chunk
+        except httpx.HTTPError as exc:
+            raise map_http_error(exc) from None
+
+    async def read_bounded(self, limit: int = _MAX_ERROR_BODY) -> bytes:
+        out = bytearray()
+        async for chunk in self._response.aiter_bytes():
+            out += chunk
+            if len(out) >= limit:
+                break
+        return bytes(out[:limit])
+
+
+def map_http_error(exc: BaseException) -> UpstreamError:
+    """The most specific ``UpstreamError`` for an httpx failure (never includes the URL)."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return UpstreamError(UpstreamCategory.CONNECT, detail="connect timeout")
+    if isinstance(exc, httpx.PoolTimeout):
+        return UpstreamError(UpstreamCategory.OVERLOADED, detail="connection pool exhausted")
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamError(UpstreamCategory.TIMEOUT, detail=type(exc).__name__)
+    if isinstance(exc, httpx.ConnectError):
+        return UpstreamError(UpstreamCategory.CONNECT, detail="connect failed")
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+        return UpstreamError(UpstreamCategory.SERVER, detail=f"connection lost ({type(exc).__name__})")
+    if isinstance(exc, TimeoutError):
+        return UpstreamError(UpstreamCategory.TIMEOUT, detail="request deadline")
+    return UpstreamError(UpstreamCategory.SERVER, detail=type(exc).__name__)
+
+
+class ProviderTransport:
+    def __init__(self, settings: TransportSettings, auth_headers: Mapping[str, str]) -> None:
+        self.settings = settings
+        base = settings.base_url.rstrip("/") + "/"
+        self._base = base
+        self._urls: dict[str, str] = {}
+        self._auth = dict(auth_headers)
+        limits = httpx.Limits(
+            max_connections=settings.max_connections,
+            max_keepalive_connections=settings.max_connections,
+            keepalive_expiry=30.0,
+        )
+        self._client = httpx.AsyncClient(limits=limits, follow_redirects=False, trust_env=False)
+        self._buffered_timeout = httpx.Timeout(
+            connect=settings.connect_timeout_s,
+            read=settings.request_timeout_s,
+            write=settings.request_timeout_s,
+            pool=settings.connect_timeout_s,
+        )
+        self._stream_timeout = httpx.Timeout(
+            connect=settings.connect_timeout_s,
+            read=min(settings.stream_idle_timeout_s, settings.request_timeout_s),
+            write=settings.request_timeout_s,
+            pool=settings.connect_timeout_s,
+        )
+
+    def __repr__(self) -> str:
+        return f"ProviderTransport(max_connections={self.settings.max_connections})"
+
+    def _url(self, path: str) -> str:
+        url = self._urls.get(path)
+        if url is None:
+            url = self._base + path.lstrip("/")
+            self._urls[path] = url
+        return url
+
+    def _headers(self, req: UpstreamRequest) -> dict[str, str]:
+        headers = dict(req.headers)
+        headers.update(self._auth)
+        return headers
+
+    async def send(self, req: UpstreamRequest) -> tuple[int, httpx.Headers, bytes]:
+        """POST a buffered request; the caller bounds the whole call by its deadline."""
+        try:
+            resp = await self._client.post(
+                self._url(req.path), content=req.body, headers=self._headers(req), timeout=self._buffered_timeout
+            )
+        except httpx.HTTPError as exc:
+            raise map_http_error(exc) from None
+        if len(resp.content) > self.settings.max_response_bytes:
+            raise UpstreamError(UpstreamCategory.MALFORMED, status=resp.status_code, detail="response too large")
+        return resp.status_code, resp.headers, resp.content
+
+    @asynccontextmanager
+    async def stream(self, req: UpstreamRequest) -> AsyncIterator[UpstreamResponse]:
+        """Open a streamed POST; leaving the context closes (and so cancels) the upstream call."""
+        request = self._client.build_request(
+            "POST", self._url(req.path), content=req.body, headers=self._headers(req), timeout=self._stream_timeout
+        )
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise map_http_error(exc) from None
+        try:
+            yield UpstreamResponse(response.status_code, response.headers, response)
+        except httpx.HTTPError as exc:
+            raise map_http_error(exc) from None
+        finally:
+            await response.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
