@@ -39,6 +39,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def _worker(sock: socket.socket, config_path: str, log_level: str, access_log: bool) -> None:
+    # Until the app installs its reload handler, a SIGHUP must not kill a starting worker;
+    # the worker reads the newest file at start anyway.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     import uvicorn
 
     from tollway.server.app import create_app
@@ -95,23 +98,30 @@ def _supervise(sock: socket.socket, config_path: str, workers: int, log_level: s
         p.join(timeout=10)
 
 
-def serve(config_path: str, host: str, port: int, workers: int, log_level: str, access_log: bool) -> None:
+def _check_config(config_path: str) -> None:
     from tollway.config.loader import load_config
     from tollway.exceptions import ConfigError
 
-    _configure_logging(log_level, access_log)
     try:
         load_config(Path(config_path))
     except ConfigError as exc:
         _print_issues(config_path, exc)
         raise SystemExit(2) from None
-    sock = bind_socket(host, port)
-    actual = sock.getsockname()[1]
-    print(f"Tollway listening on http://{host}:{actual}/v1 ({workers} worker(s))", flush=True)
+
+
+def run_server(sock: socket.socket, config_path: str, workers: int, log_level: str, access_log: bool) -> None:
     if workers == 1:
         _worker(sock, config_path, log_level, access_log)
     else:
         _supervise(sock, config_path, workers, log_level, access_log)
+
+
+def serve(config_path: str, host: str, port: int, workers: int, log_level: str, access_log: bool) -> None:
+    _configure_logging(log_level, access_log)
+    _check_config(config_path)
+    sock = bind_socket(host, port)
+    print(f"Tollway listening on http://{host}:{sock.getsockname()[1]}/v1 ({workers} worker(s))", flush=True)
+    run_server(sock, config_path, workers, log_level, access_log)
 
 
 def _print_issues(path: str, exc: Any) -> None:
@@ -143,26 +153,30 @@ def up(args: argparse.Namespace) -> None:
     os.environ["TOLLWAY_DEMO_KEY"] = demo_key
     os.environ.setdefault("TOLLWAY_MOCK_URL", mock_url)
     os.environ.setdefault("TOLLWAY_MOCK_PROVIDER_KEY", "mock-" + secrets.token_urlsafe(16))
-    base = f"http://{args.host}:{args.port}/v1"
-    print(
-        "\n".join(
-            [
-                "Tollway is starting on its embedded default (bundled mock providers).",
-                f"  base URL : {base}",
-                f"  demo key : {demo_key}",
-                "  models   : chat-fast-v1 (OpenAI-format mock), chat-claude-v1 (Anthropic-format mock)",
-                "",
-                "  from openai import OpenAI",
-                f'  client = OpenAI(base_url="{base}", api_key="{demo_key}")',
-                '  client.chat.completions.create(model="chat-fast-v1", messages=[{"role": "user", "content": "hi"}])',
-                "",
-                "Press Ctrl-C to stop.",
-            ]
-        ),
-        flush=True,
-    )
     try:
-        serve(config, args.host, args.port, args.workers, args.log_level, not args.no_access_log)
+        _configure_logging(args.log_level, not args.no_access_log)
+        _check_config(config)
+        sock = bind_socket(args.host, args.port)
+        base = f"http://{args.host}:{sock.getsockname()[1]}/v1"
+        print(
+            "\n".join(
+                [
+                    "Tollway is running on its embedded default (bundled mock providers).",
+                    f"  base URL : {base}",
+                    f"  demo key : {demo_key}",
+                    "  models   : chat-fast-v1 (OpenAI-format mock), chat-claude-v1 (Anthropic-format mock)",
+                    "",
+                    "  from openai import OpenAI",
+                    f'  client = OpenAI(base_url="{base}", api_key="{demo_key}")',
+                    "  client.chat.completions.create(",
+                    '      model="chat-fast-v1", messages=[{"role": "user", "content": "hi"}])',
+                    "",
+                    "Press Ctrl-C to stop.",
+                ]
+            ),
+            flush=True,
+        )
+        run_server(sock, config, args.workers, args.log_level, not args.no_access_log)
     finally:
         mock.terminate()
         try:
@@ -216,11 +230,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "workers", 1) < 1:
         print("--workers must be at least 1", file=sys.stderr)
         return 2
-    if args.command == "up":
-        up(args)
-    elif args.command == "serve":
-        serve(args.config, args.host, args.port, args.workers, args.log_level, args.access_log)
-    elif args.command == "config":
+    try:
+        if args.command == "up":
+            up(args)
+        elif args.command == "serve":
+            serve(args.config, args.host, args.port, args.workers, args.log_level, args.access_log)
+    except KeyboardInterrupt:
+        return 0
+    if args.command == "config":
         return config_validate(args.file)
     return 0
 

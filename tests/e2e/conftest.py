@@ -39,6 +39,9 @@ def build_config(mock_url: str, keys: dict[str, str]) -> dict[str, object]:
             "openai-compatible", fault.format(spec="abort_after=2,chunks=6") + "/v1", "acct-openai-mid"
         ),
         "openai-secondary": _provider("openai-compatible", mock_url + "/_fault/words=3/v1", "acct-openai-second"),
+        "openai-slow": _provider(
+            "openai-compatible", fault.format(spec="chunk_gap_ms=1000,chunks=10") + "/v1", "acct-openai-slow"
+        ),
         "openai-400": _provider("openai-compatible", fault.format(spec="status=400") + "/v1", "acct-openai-400"),
     }
 
@@ -73,6 +76,7 @@ def build_config(mock_url: str, keys: dict[str, str]) -> dict[str, object]:
             "capabilities": anthropic_caps,
             "routes": [route("bad-primary", "openai-400"), route("bad-secondary", "openai-secondary", priority=1)],
         },
+        {"name": "chat-slow-v1", "capabilities": all_caps, "routes": [route("slow", "openai-slow")]},
         {"name": "chat-hidden-v1", "capabilities": all_caps, "routes": [route("hidden", "openai-ok")]},
     ]
     visible = [m["name"] for m in models if m["name"] != "chat-hidden-v1"]

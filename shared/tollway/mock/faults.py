@@ -9,7 +9,33 @@ later source wins key by key:
 
 Settings are merged as raw strings and only then validated into one immutable
 :class:`FaultSpec`, cached by its canonical string, so a benchmark that sends the same
-spec on every request pays for parsing once.
+spec on every request pays for parsing once. An unknown key or a bad value is a 400.
+
+"k chunks" counts content deltas (text pieces or tool-argument fragments); a ``k`` past
+the last delta means "after the last delta, before the terminal frames".
+
+==================  ==========================================================================
+key                 effect
+==================  ==========================================================================
+status=<400-599>    answer that status with the format's error body
+retry_after=<s>     add ``Retry-After`` to a status answer (``retry_after_ms`` → ``retry-after-ms``)
+error_type=<t>      override the error type (OpenAI ``type`` and ``code``; Anthropic ``error.type``)
+fail_first=<n>      only the first n requests with this exact merged spec get its failures
+                    (status, stall, abort, malformed, midstream error); alone it means status 503
+delay_ms=<n>        wait before the response headers (synonym: ``latency_ms``)
+latency_jitter_ms   add 0..n ms, a hash of the request sequence number (synonym: ``jitter_ms``)
+ttft_ms, chunk_gap  SSE: wait before the first content delta / between deltas
+chunks=<n>          number of content deltas (default 5; tool arguments get at least 3)
+words=<n>           reply length in words (echo, then filler words)
+stall_ms, stall_at  sleep stall_ms (default 600000) at stall_at: -1 before headers (default),
+                    0 after headers before any body, k after k chunks; ends early on disconnect
+abort_after=<k>     after k chunks end the body mid-frame (buffered: half the JSON);
+                    ``abort_mode=reset`` drops the connection instead of ending the body
+malformed=<k>       SSE: the k-th content frame becomes ``data: {not json``; buffered: non-JSON 200
+midstream_error=<k> SSE: after k chunks send the format's error frame and end, without terminal frames
+require_auth=1      401 unless ``Authorization: Bearer`` (OpenAI) / ``x-api-key`` (Anthropic)
+tag=<s>             no effect; separates ``fail_first`` counters
+==================  ==========================================================================
 """
 
 from __future__ import annotations

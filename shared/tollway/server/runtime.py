@@ -57,6 +57,7 @@ class GatewayRuntime:
     admission: Admission = field(default_factory=Admission)
     _stamp: tuple[float, int] | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @classmethod
     def load(cls, config_path: Path) -> GatewayRuntime:
@@ -76,6 +77,10 @@ class GatewayRuntime:
 
     async def reload(self) -> bool:
         """Compile the file again; swap on success, keep the active root on any failure."""
+        async with self._reload_lock:
+            return await self._reload()
+
+    async def _reload(self) -> bool:
         active = self.holder.root
         try:
             cfg = await asyncio.to_thread(load_config, self.config_path)

@@ -1,0 +1,178 @@
+"""The commands a user runs: ``tollway up``, ``serve`` with workers, ``config validate``, reload."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from tests.e2e.conftest import PROVIDER_KEY_ENV, build_config
+from tests.support.processes import ROOT, Gateway, Proc, new_key, start_gateway, start_process, wait_healthy
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLE = ROOT / "shared" / "tollway" / "examples" / "llm-router.yml"
+
+
+def _wait_for(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_up_prints_base_url_and_demo_key_that_work(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TOLLWAY_DEMO_KEY"}
+    log = (tmp_path / "up.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tollway.cli", "up", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        assert proc.stdout is not None
+        lines: dict[str, str] = {}
+        for _ in range(20):
+            line = proc.stdout.readline()
+            if ":" in line and line.strip().startswith(("base URL", "demo key")):
+                name, _, value = line.partition(":")
+                lines[name.strip()] = value.strip()
+            if len(lines) == 2:
+                break
+        base, key = lines["base URL"], lines["demo key"]
+        assert base.startswith("http://127.0.0.1:") and base.endswith("/v1")
+        assert key.startswith("tw-demo-") and len(key) > 20
+        wait_healthy(base.removesuffix("/v1") + "/healthz")
+        with openai.OpenAI(base_url=base, api_key=key, max_retries=0) as sdk:
+            for model in ("chat-fast-v1", "chat-claude-v1"):
+                resp = sdk.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+                assert resp.choices[0].message.content
+            chunks = list(
+                sdk.chat.completions.create(
+                    model="chat-fast-v1", messages=[{"role": "user", "content": "hi"}], stream=True
+                )
+            )
+            assert any(c.choices and c.choices[0].delta.content for c in chunks)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+        log.close()
+    assert proc.returncode == 0, (tmp_path / "up.log").read_text()
+
+
+def test_config_validate_reports_each_error_with_its_path(tmp_path: Path) -> None:
+    cfg = yaml.safe_load(EXAMPLE.read_text())
+    cfg["models"][0]["routes"][0]["provider"] = "nope"
+    cfg["providers"]["mock-openai"]["baseUrl"] = "http://user:pw@example.com/v1"
+    cfg["unsupportedParameterPolicy"] = "maybe"
+    bad = tmp_path / "bad.yml"
+    bad.write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "TOLLWAY_MOCK_URL": "http://127.0.0.1:1", "TOLLWAY_DEMO_KEY": "k"}
+    result = subprocess.run(
+        [sys.executable, "-m", "tollway.cli", "config", "validate", str(bad)], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 1
+    assert "models[0].routes[0].provider" in result.stderr
+    assert "providers.mock-openai.baseUrl" in result.stderr
+    assert "unsupportedParameterPolicy" in result.stderr
+    assert "pw" not in result.stderr
+    ok = subprocess.run(
+        [sys.executable, "-m", "tollway.cli", "config", "validate", str(EXAMPLE)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "ok" in ok.stdout
+
+
+def _models(gw: Gateway, key: str) -> set[str]:
+    resp = httpx.get(gw.base_url + "/models", headers={"authorization": f"Bearer {key}"}, timeout=5)
+    return {m["id"] for m in resp.json()["data"]}
+
+
+def _own_gateway(mock: Proc, tmp_path: Path, workers: int = 1) -> tuple[Gateway, dict[str, object], str]:
+    key_a, digest_a = new_key()
+    _, digest_b = new_key()
+    cfg = build_config(mock.url, {"team-a": digest_a, "team-b": digest_b})
+    path = tmp_path / "llm-router.yml"
+    path.write_text(yaml.safe_dump(cfg))
+    gw = start_gateway(path, {PROVIDER_KEY_ENV: "sk-reload-test"}, workers=workers)
+    return gw, cfg, key_a
+
+
+def test_reload_swaps_valid_config_and_keeps_last_valid_on_error(mock_provider: Proc, tmp_path: Path) -> None:
+    gw, cfg, key = _own_gateway(mock_provider, tmp_path)
+    try:
+        assert "chat-new-v1" not in _models(gw, key)
+        models = cfg["models"]
+        assert isinstance(models, list)
+        models.append({"name": "chat-new-v1", "routes": [dict(models[0]["routes"][0], id="new-route")]})
+        principals = cfg["principals"]
+        assert isinstance(principals, list)
+        principals[0]["allowedModels"].append("chat-new-v1")
+        gw.config_path.write_text(yaml.safe_dump(cfg))
+        assert _wait_for(lambda: "chat-new-v1" in _models(gw, key)), gw.proc.log()
+
+        gw.config_path.write_text("models: [unclosed\n")
+        assert _wait_for(lambda: "config reload rejected" in gw.proc.log()), gw.proc.log()
+        assert "chat-new-v1" in _models(gw, key)
+        with openai.OpenAI(base_url=gw.base_url, api_key=key, max_retries=0) as sdk:
+            resp = sdk.chat.completions.create(model="chat-new-v1", messages=[{"role": "user", "content": "hi"}])
+            assert resp.model == "chat-new-v1"
+
+        models.pop()
+        principals[0]["allowedModels"].remove("chat-new-v1")
+        gw.config_path.write_text(yaml.safe_dump(cfg))
+        os.kill(gw.proc.proc.pid, signal.SIGHUP)
+        assert _wait_for(lambda: "chat-new-v1" not in _models(gw, key)), gw.proc.log()
+    finally:
+        gw.proc.stop()
+
+
+def test_two_workers_serve_and_both_reload_on_sighup(mock_provider: Proc, tmp_path: Path) -> None:
+    gw, cfg, key = _own_gateway(mock_provider, tmp_path, workers=2)
+    try:
+        with openai.OpenAI(base_url=gw.base_url, api_key=key, max_retries=0) as sdk:
+            for _ in range(10):
+                sdk.chat.completions.create(model="chat-fast-v1", messages=[{"role": "user", "content": "hi"}])
+        cfg["requestTimeoutMs"] = 25000
+        gw.config_path.write_text(yaml.safe_dump(cfg))
+        os.kill(gw.proc.proc.pid, signal.SIGHUP)
+        assert _wait_for(lambda: gw.proc.log().count("config generation 2 active") == 2), gw.proc.log()
+    finally:
+        gw.proc.stop()
+    assert gw.proc.proc.returncode == 0
+
+
+def test_client_disconnect_cancels_the_upstream_stream(gateway: Gateway, mock_provider: Proc) -> None:
+    slow = {"model": "chat-slow-v1", "messages": [{"role": "user", "content": "slow words here"}], "stream": True}
+    headers = {"authorization": f"Bearer {gateway.keys['team-a']}", "x-mock-chunk-gap-ms": "0"}
+    with httpx.stream("POST", gateway.base_url + "/chat/completions", json=slow, headers=headers, timeout=10) as resp:
+        rid = resp.headers["x-request-id"]
+        next(resp.iter_raw())
+    started = time.monotonic()
+    assert _wait_for(lambda: f'"request_id":"{rid}","status":499' in gateway.proc.log(), timeout=5), gateway.proc.log()
+    assert time.monotonic() - started < 3, "the upstream call should be cancelled promptly, not run to its end"
+    # The client's x-mock-* header never reached the provider: the stream was still slow.
+    line = next(ln for ln in gateway.proc.log().splitlines() if rid in ln)
+    assert '"cancelled"' in line

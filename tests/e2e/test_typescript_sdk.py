@@ -1,0 +1,36 @@
+"""The official OpenAI TypeScript SDK (npm ``openai``) against the same running gateway."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import Gateway
+
+pytestmark = pytest.mark.e2e
+
+TS_DIR = Path(__file__).parent / "ts"
+
+
+def test_typescript_sdk_buffered_and_streamed(gateway: Gateway) -> None:
+    node = shutil.which("node")
+    assert node, "Node.js 20 is required for the TypeScript SDK e2e test"
+    assert (TS_DIR / "node_modules" / "openai").is_dir(), "run `make test` (it runs npm ci in tests/e2e/ts)"
+    env = {
+        **os.environ,
+        "TOLLWAY_BASE_URL": gateway.base_url,
+        "TOLLWAY_API_KEY": gateway.keys["team-a"],
+        "TOLLWAY_MODEL": "chat-fast-v1",
+        "TOLLWAY_ANTHROPIC_MODEL": "chat-claude-v1",
+    }
+    result = subprocess.run(
+        [node, "--test", "--test-reporter=spec"], cwd=TS_DIR, env=env, capture_output=True, text=True, timeout=120
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "# fail 0" in output or "fail 0" in output, output
+    assert "# pass 6" in output or "pass 6" in output, output
