@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import PROVIDER_KEY_ENV, build_config
-from tests.support.processes import ROOT, Gateway, Proc, new_key, start_gateway, start_process, wait_healthy
+from tests.support.processes import ROOT, Gateway, Proc, new_key, start_gateway, wait_healthy
 
 pytestmark = pytest.mark.e2e
 
