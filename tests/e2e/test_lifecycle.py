@@ -151,7 +151,10 @@ def test_reload_swaps_valid_config_and_keeps_last_valid_on_error(mock_provider: 
 
 def test_two_workers_serve_and_both_reload_on_sighup(mock_provider: Proc, tmp_path: Path) -> None:
     gw, cfg, key = _own_gateway(mock_provider, tmp_path, workers=2)
+    health = gw.base_url.removesuffix("/v1") + "/healthz"
+    pids: set[int] = set()
     try:
+        assert _wait_for(lambda: pids.add(httpx.get(health, timeout=2).json()["pid"]) or len(pids) == 2, 20)
         with openai.OpenAI(base_url=gw.base_url, api_key=key, max_retries=0) as sdk:
             for _ in range(10):
                 sdk.chat.completions.create(model="chat-fast-v1", messages=[{"role": "user", "content": "hi"}])

@@ -265,7 +265,8 @@ class _StreamSession:
 
 async def healthz(request: Request) -> Response:
     root = _runtime(request).holder.root
-    return Response(orjson.dumps({"status": "ok", "generation": root.generation}), media_type=_JSON)
+    body = {"status": "ok", "generation": root.generation, "digest": root.digest[:12], "pid": os.getpid()}
+    return Response(orjson.dumps(body), media_type=_JSON)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

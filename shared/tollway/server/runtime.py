@@ -63,17 +63,22 @@ class GatewayRuntime:
     def load(cls, config_path: Path) -> GatewayRuntime:
         """Load and publish the first root; an invalid file is fatal at start."""
         publisher = Publisher()
+        stamp = cls._stat(config_path)
         root = publisher.publish(load_config(config_path))
         runtime = cls(config_path=config_path, publisher=publisher, holder=RootHolder(root))
-        runtime._stamp = runtime._file_stamp()
+        runtime._stamp = stamp  # taken before the read, so a write during start-up is seen by the watch
         return runtime
 
-    def _file_stamp(self) -> tuple[float, int] | None:
+    @staticmethod
+    def _stat(path: Path) -> tuple[float, int] | None:
         try:
-            st = os.stat(self.config_path)
+            st = os.stat(path)
         except OSError:
             return None
         return (st.st_mtime, st.st_size)
+
+    def _file_stamp(self) -> tuple[float, int] | None:
+        return self._stat(self.config_path)
 
     async def reload(self) -> bool:
         """Compile the file again; swap on success, keep the active root on any failure."""
