@@ -45,6 +45,7 @@ class GatewayLimits:
     max_stream_lifetime_s: float
     downstream_write_timeout_s: float
     session_header: str
+    path_prefix: str = "/v1"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -110,6 +111,7 @@ class Publisher:
             max_stream_lifetime_s=cfg.admission.maxStreamLifetimeMs / 1000,
             downstream_write_timeout_s=cfg.admission.downstreamWriteProgressTimeoutMs / 1000,
             session_header=cfg.routing.sessionHeader.lower(),
+            path_prefix=cfg.pathPrefix,
         )
         circuit = CircuitPolicy(
             failure_threshold=cfg.routing.circuitBreaker.failureThreshold,

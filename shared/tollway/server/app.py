@@ -322,7 +322,7 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
         exception_handlers={HTTPException: _http_error, Exception: _unhandled},
     )
     app.state.runtime = runtime
-    prefix = "/v1"
+    prefix = runtime.holder.root.limits.path_prefix  # routes are fixed at start; a reload cannot move them
     app.router.add_route(f"{prefix}/models", list_models, methods=["GET"])
     app.router.add_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"])
     app.router.add_route("/healthz", healthz, methods=["GET"])
