@@ -148,7 +148,14 @@ def _start_mock(host: str) -> tuple[subprocess.Popen[str], str]:
 def up(args: argparse.Namespace) -> None:
     """Start the embedded default: bundled mock providers plus the gateway on the example config."""
     config = args.config or str(resources.files("tollway") / "examples" / "llm-router.yml")
-    mock, mock_url = _start_mock(args.host)
+    mock, mock_url = _start_mock("127.0.0.1")
+
+    def on_term(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into SystemExit lets the
+    # finally below stop the mock instead of orphaning it.
+    signal.signal(signal.SIGTERM, on_term)
     demo_key = os.environ.get("TOLLWAY_DEMO_KEY") or "tw-demo-" + secrets.token_urlsafe(24)
     os.environ["TOLLWAY_DEMO_KEY"] = demo_key
     os.environ.setdefault("TOLLWAY_MOCK_URL", mock_url)

@@ -93,7 +93,8 @@ class RoutingConfig(_Model):
     maxAttempts: int = 3
     baseBackoffMs: int = 100
     maxBackoffMs: int = 2000
-    retryStatuses: list[int] = Field(default_factory=lambda: [408, 429, 500, 502, 503, 504])
+    retryStatuses: list[int] = Field(default_factory=lambda: [408, 429, 500, 502, 503, 504, 529])
+    """529 is Anthropic's "overloaded"."""
     circuitBreaker: CircuitBreakerConfig = Field(default_factory=CircuitBreakerConfig)
     sessionHeader: str = "X-Tollway-Session-Id"
 

@@ -20,6 +20,10 @@ from starlette.types import Message, Receive, Scope, Send
 __all__ = ["SseResponse"]
 
 
+class _ReaderStalled(Exception):
+    """The client made no write progress within the deadline."""
+
+
 class SseResponse(Response):
     media_type = "text/event-stream"
 
@@ -48,13 +52,21 @@ class SseResponse(Response):
         self._lifetime_s = lifetime_s
         self._lifetime_frame = lifetime_frame
 
+    async def _send_bounded(self, send: Send, message: Message) -> None:
+        try:
+            async with asyncio.timeout(self._write_timeout_s):
+                await send(message)
+        except TimeoutError:
+            raise _ReaderStalled from None
+
     async def _write(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         try:
             async with asyncio.timeout(self._lifetime_s):
                 async for frame in self._frames:
-                    async with asyncio.timeout(self._write_timeout_s):
-                        await send({"type": "http.response.body", "body": frame, "more_body": True})
+                    await self._send_bounded(send, {"type": "http.response.body", "body": frame, "more_body": True})
+        except _ReaderStalled:
+            return  # the client is not reading: no frame would reach it, so just close
         except TimeoutError:
             await self._frames.aclose()
             with contextlib.suppress(Exception):
@@ -81,7 +93,7 @@ class SseResponse(Response):
                     task.cancel()
             try:
                 for task in (writer, listener):
-                    with contextlib.suppress(asyncio.CancelledError, OSError, TimeoutError):
+                    with contextlib.suppress(asyncio.CancelledError, OSError, TimeoutError, _ReaderStalled):
                         await task
             finally:
                 try:
