@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx
 
@@ -82,7 +83,9 @@ class ProviderTransport:
             max_keepalive_connections=settings.max_connections,
             keepalive_expiry=30.0,
         )
-        self._client = httpx.AsyncClient(limits=limits, follow_redirects=False, trust_env=False)
+        # One client serves every tenant: a provider's Set-Cookie must never be stored and replayed.
+        no_cookies = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+        self._client = httpx.AsyncClient(limits=limits, follow_redirects=False, trust_env=False, cookies=no_cookies)
         self._buffered_timeout = httpx.Timeout(
             connect=settings.connect_timeout_s,
             read=settings.request_timeout_s,

@@ -1,0 +1,402 @@
+"""``python -m bench.run PROFILE [--out DIR]``: run a named profile, direct and through the gateway.
+
+One run starts one mock provider and one gateway (measuring each one's cold start), then runs
+every step of the profile against each target: ``direct`` (the mock itself, the baseline) and
+``gateway`` (Tollway in front of the same mock, with the same fault prefix). It writes into
+``DIR`` (default ``bench/results/<profile>-<time>/``):
+
+``manifest.json``  every input (see :mod:`bench.manifest`); written first, rewritten at the end
+``results.json``   per step and target: load spec, summary, resources and raw histograms
+``summary.md``     the tables; also printed to stdout
+``llm-router.yml`` the gateway configuration as generated, plus ``mock.log`` and ``gateway.log``
+
+Every load loop is bounded (rate x duration requests, each with a timeout); servers bind
+127.0.0.1 only and are stopped when the run ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+import yaml
+
+from bench import manifest as mf
+from bench.loadgen import LOADGEN_VERSION, LoadResult, LoadSpec, run_load
+from bench.profiles import BENCH_DIR, PAYLOAD_DIR, Profile, Step, load_payload, load_profile
+from bench.pyspy import find_py_spy, start_py_spy, summarize_collapsed
+from bench.report import render_summary
+from bench.resources import ResourceSampler
+from bench.servers import (
+    ALIAS,
+    PROVIDER_KEY_ENV,
+    PROVIDER_MODEL,
+    Server,
+    fault_prefix,
+    gateway_command,
+    gateway_config,
+    measure_first_response,
+    mock_command,
+    start_server,
+)
+from bench.stats import compare
+
+__all__ = ["RESULTS_SCHEMA", "main", "sweep_knee"]
+
+RESULTS_SCHEMA: Final = "tollway-bench-results/1"
+_COLD_BODY: Final = {"messages": [{"role": "user", "content": "cold start"}], "max_tokens": 8}
+
+
+def _dumps(data: Any) -> bytes:
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+
+
+def passes(summary: dict[str, Any], p99_bound_ms: float, min_success: float) -> bool:
+    """A sweep point passes with success ≥ ``min_success`` and latency p99 ≤ ``p99_bound_ms``."""
+    success = summary.get("success_ratio")
+    p99 = summary["latency"].get("p99_ms")
+    return success is not None and success >= min_success and p99 is not None and p99 <= p99_bound_ms
+
+
+def sweep_knee(points: Sequence[tuple[float, bool]]) -> float | None:
+    """The highest rate that passes with every lower rate passing too; None when the first fails."""
+    knee = None
+    for rate, ok in sorted(points):
+        if not ok:
+            break
+        knee = rate
+    return knee
+
+
+class Runner:
+    def __init__(self, profile: Profile, profile_file: Path, profile_sha: str, out: Path, args: argparse.Namespace):
+        self.profile = profile
+        self.out = out
+        self.quiet: bool = args.quiet
+        self.knee: float | None = args.knee or _knee_from(args.knee_from) or profile.knee_rps
+        if self.knee is None and any(s.rate_x_knee is not None for s in profile.steps):
+            raise SystemExit(f"profile {profile.name} has rate_x_knee steps: pass --knee RPS or --knee-from RESULTS")
+        self.user_key = "tw-bench-" + secrets.token_urlsafe(18)
+        self.provider_key = "mock-bench-" + secrets.token_urlsafe(12)
+        self.manifest: dict[str, Any] = {
+            "schema": mf.MANIFEST_SCHEMA,
+            "created": mf.now_utc(),
+            "command": [Path(sys.executable).name, "-m", "bench.run", *sys.argv[1:]],
+            "profile": {
+                "name": profile.name,
+                "file": _rel(profile_file),
+                "sha256": profile_sha,
+                "settings": profile.model_dump(mode="json"),
+            },
+            "git": mf.git_state(),
+            "packages": mf.package_versions(),
+            "machine": mf.machine(),
+            "payloads": {},
+            "knee_rps": self.knee,
+            "loadgen": {
+                "version": LOADGEN_VERSION,
+                "client_version": _client_version(profile.load.client),
+                "loop": "uvloop",
+                "model": "open-loop, fixed rate, latency from intended send time",
+                **profile.load.model_dump(mode="json"),
+            },
+        }
+        self.bodies: dict[tuple[str, bool, str], bytes] = {}
+        self.py_spy: str | None = None
+        if args.py_spy:
+            self.py_spy = find_py_spy()
+            if self.py_spy is None:
+                raise SystemExit("--py-spy: no py-spy executable (pip install py-spy==0.4.3)")
+        self.mock: Server | None = None
+        self.gateway: Server | None = None
+        self.sampler: ResourceSampler | None = None
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def _body(self, payload: str, stream: bool, target: str) -> bytes:
+        key = (payload, stream, target)
+        if key not in self.bodies:
+            body, sha = load_payload(payload)
+            self.manifest["payloads"][payload] = {"file": _rel(PAYLOAD_DIR / f"{payload}.json"), "sha256": sha}
+            body = {"model": ALIAS if target == "gateway" else PROVIDER_MODEL, **body}
+            if stream:
+                body["stream"] = True
+            self.bodies[key] = orjson.dumps(body)
+            self.manifest["payloads"][payload]["request_bytes"] = len(self.bodies[key])
+        return self.bodies[key]
+
+    def _target(self, target: str) -> tuple[str, dict[str, str]]:
+        if target == "gateway":
+            assert self.gateway is not None
+            return self.gateway.url + "/chat/completions", {"authorization": f"Bearer {self.user_key}"}
+        assert self.mock is not None
+        url = self.mock.url + fault_prefix(self.profile.mock.faults) + "/v1/chat/completions"
+        return url, {"authorization": f"Bearer {self.provider_key}"}
+
+    def start(self) -> None:
+        profile = self.profile
+        mock_cmd = mock_command(profile.mock.workers)
+        self.manifest["mock"] = {"command": _argv(mock_cmd), **profile.mock.model_dump(mode="json")}
+        self._write_manifest()
+        self.mock = start_server("mock", mock_cmd, r"mock listening on (\S+)", self.out / "mock.log")
+        url, headers = self._target("direct")
+        cold_body = orjson.dumps({"model": PROVIDER_MODEL, **_COLD_BODY})
+        self.mock.cold_start = measure_first_response(self.mock, url, cold_body, headers)
+
+        digest = hashlib.sha256(self.user_key.encode()).hexdigest()
+        config = gateway_config(self.mock.url, profile.mock.faults, digest, profile.gateway.config)
+        config_path = self.out / "llm-router.yml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        gw_cmd = gateway_command(config_path, profile.gateway.workers)
+        self.manifest["gateway"] = {
+            "command": _argv(gw_cmd),
+            "workers": profile.gateway.workers,
+            "config_file": config_path.name,
+            "config": config,
+        }
+        self.gateway = start_server(
+            "gateway",
+            gw_cmd,
+            r"Tollway listening on (\S+)",
+            self.out / "gateway.log",
+            {PROVIDER_KEY_ENV: self.provider_key},
+        )
+        url, headers = self._target("gateway")
+        cold_body = orjson.dumps({"model": ALIAS, **_COLD_BODY})
+        self.gateway.cold_start = measure_first_response(self.gateway, url, cold_body, headers)
+        roots = {"all": os.getpid(), "gateway": self.gateway.pid, "mock": self.mock.pid}
+        self.sampler = ResourceSampler(roots).start()
+
+    def stop(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+        for server in (self.gateway, self.mock):
+            if server is not None:
+                server.stop()
+
+    # -- measuring ------------------------------------------------------------------------
+
+    def _check_alive(self) -> None:
+        for server in (self.mock, self.gateway):
+            if server is not None and server.proc.poll() is not None:
+                raise RuntimeError(f"{server.name} exited with {server.proc.returncode}; see {server.log_path}")
+
+    def measure(self, target: str, step: Step, rate: float) -> dict[str, Any]:
+        self._check_alive()
+        load = self.profile.load
+        url, headers = self._target(target)
+        spec = LoadSpec(
+            url=url,
+            body=self._body(step.payload, step.stream, target),
+            rate=rate,
+            duration_s=step.duration_s if step.duration_s is not None else load.duration_s,
+            warmup_s=step.warmup_s if step.warmup_s is not None else load.warmup_s,
+            timeout_s=load.timeout_s,
+            stream=step.stream,
+            headers=headers,
+            procs=load.procs,
+            max_in_flight=load.max_in_flight,
+            client=load.client,
+            label=f"{target}/{step.name}@{rate:g}",
+            progress=not self.quiet,
+        )
+        if step.settle_s:
+            time.sleep(step.settle_s)
+        profiler = self._start_profiler(target, step, rate, spec)
+        result = run_load(spec)
+        summary = result.summary(spec.duration_s, spec.stream)
+        resources = self._resources(result)
+        sent = max(1, summary["sent"])
+        cpu_ms = {
+            name: round(resources[name]["cpu_s"] * 1000 / sent, 3)
+            for name in ("gateway", "mock")
+            if isinstance(resources.get(name), dict)
+        }
+        if isinstance(resources.get("all"), dict) and len(cpu_ms) == 2:
+            loadgen_s = resources["all"]["cpu_s"] - resources["gateway"]["cpu_s"] - resources["mock"]["cpu_s"]
+            cpu_ms["loadgen"] = round(max(0.0, loadgen_s) * 1000 / sent, 3)
+        if not self.quiet:
+            lat = summary["latency"]
+            print(
+                f"  {spec.label}: {summary['completed']}/{summary['offered']} completed, "
+                f"p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms, {summary['throughput_rps']} RPS",
+                file=sys.stderr,
+                flush=True,
+            )
+        self._check_alive()
+        entry = {
+            "target": target,
+            "rate": rate,
+            "spec": spec.settings(),
+            "summary": summary,
+            "resources": resources,
+            "cpu_ms_per_request": cpu_ms,
+            "raw": result.to_dict(),
+        }
+        if profiler is not None:
+            entry["py_spy"] = self._finish_profiler(*profiler)
+        return entry
+
+    def _start_profiler(
+        self, target: str, step: Step, rate: float, spec: LoadSpec
+    ) -> tuple[subprocess.Popen[bytes], Path] | None:
+        if self.py_spy is None or target != "gateway" or self.gateway is None:
+            return None
+        output = self.out / f"{step.name}@{rate:g}.gateway.pyspy.txt"
+        proc = start_py_spy(self.py_spy, self.gateway.pid, spec.warmup_s + spec.duration_s, output)
+        return proc, output
+
+    def _finish_profiler(self, proc: subprocess.Popen[bytes], output: Path) -> dict[str, Any]:
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate(timeout=5)
+        if proc.returncode != 0 or not output.is_file():
+            return {"file": None, "error": err.decode(errors="replace")[-500:]}
+        return {"file": output.name, **summarize_collapsed(output)}
+
+    def _resources(self, result: LoadResult) -> dict[str, Any]:
+        if self.sampler is None or result.window is None:
+            return {}
+        self.sampler.sample_now()
+        return self.sampler.window(*result.window)
+
+    def run(self) -> dict[str, Any]:
+        profile = self.profile
+        runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+            s.name: {t: [] for t in profile.targets} for s in profile.steps
+        }
+        for target in profile.targets:
+            for step in profile.steps:
+                if step.rates is not None:
+                    for rate in sorted(step.rates):
+                        entry = self.measure(target, step, rate)
+                        entry["pass"] = passes(entry["summary"], profile.sweep.p99_bound_ms, profile.sweep.min_success)
+                        runs[step.name][target].append(entry)
+                        if not entry["pass"]:
+                            break
+                else:
+                    rate = step.rate if step.rate is not None else (step.rate_x_knee or 0) * (self.knee or 0)
+                    runs[step.name][target].append(self.measure(target, step, rate))
+        assert self.mock is not None and self.gateway is not None
+        return {
+            "schema": RESULTS_SCHEMA,
+            "profile": profile.name,
+            "created": self.manifest["created"],
+            "finished": mf.now_utc(),
+            "cold_start": {"mock": self.mock.cold_start, "gateway": self.gateway.cold_start},
+            "steps": [self._step_result(step, runs[step.name]) for step in profile.steps],
+        }
+
+    def _step_result(self, step: Step, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": step.name,
+            "payload": step.payload,
+            "stream": step.stream,
+            "kind": "sweep" if step.sweep else "fixed",
+            "timeline": step.timeline,
+            "runs": [entry for target_runs in runs.values() for entry in target_runs],
+            "comparison": [],
+        }
+        if step.sweep:
+            out["sweep"] = self.profile.sweep.model_dump(mode="json")
+            out["knee_rps"] = {
+                target: sweep_knee([(e["rate"], e["pass"]) for e in entries]) for target, entries in runs.items()
+            }
+        direct = {e["rate"]: e["summary"] for e in runs.get("direct", [])}
+        for entry in runs.get("gateway", []):
+            base = direct.get(entry["rate"])
+            if base is not None:
+                out["comparison"].append(comparison(entry["rate"], base, entry["summary"], step.stream))
+        return out
+
+    def _write_manifest(self) -> None:
+        (self.out / "manifest.json").write_bytes(_dumps(self.manifest))
+
+
+def comparison(rate: float, direct: dict[str, Any], gateway: dict[str, Any], stream: bool) -> dict[str, Any]:
+    """Gateway against direct at one rate: per-percentile difference and ratio, throughput ratio."""
+    d_thr, g_thr = direct["throughput_rps"], gateway["throughput_rps"]
+    return {
+        "rate": rate,
+        "latency": compare(direct["latency"], gateway["latency"]),
+        "ttft": compare(direct["ttft"], gateway["ttft"]) if stream and direct["ttft"] and gateway["ttft"] else None,
+        "throughput_ratio": round(g_thr / d_thr, 4) if d_thr else None,
+        "success_ratio": {"direct": direct["success_ratio"], "gateway": gateway["success_ratio"]},
+    }
+
+
+def _knee_from(path: str | None) -> float | None:
+    if not path:
+        return None
+    file = Path(path)
+    data = orjson.loads((file / "results.json" if file.is_dir() else file).read_bytes())
+    for step in data.get("steps", []):
+        knee = (step.get("knee_rps") or {}).get("gateway")
+        if knee:
+            return float(knee)
+    raise SystemExit(f"{path}: no sweep step with a gateway knee")
+
+
+def _client_version(client: str) -> str:
+    package = "httptools" if client == "http1" else client
+    return f"{package} {mf.package_versions().get(package)}"
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(BENCH_DIR.parent))
+    except ValueError:
+        return str(path)
+
+
+def _argv(command: Sequence[str]) -> list[str]:
+    return [Path(command[0]).name, *command[1:]]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description="Run a benchmark profile.")
+    parser.add_argument("profile", help="a name in bench/profiles/ (smoke, fixed-500, ...) or a .yml path")
+    parser.add_argument("--out", help="output directory (default: bench/results/<profile>-<time>)")
+    parser.add_argument("--knee", type=float, help="the gateway knee in RPS, for rate_x_knee steps")
+    parser.add_argument("--knee-from", help="take the knee from a sweep's results.json (or its directory)")
+    parser.add_argument("--quiet", action="store_true", help="no per-second progress lines")
+    parser.add_argument(
+        "--py-spy", action="store_true", help="profile the gateway during gateway runs (dev tool: py-spy==0.4.3)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        profile, profile_file, profile_sha = load_profile(args.profile)
+    except (OSError, ValueError) as exc:
+        parser.error(f"cannot load profile {args.profile}: {exc}")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else BENCH_DIR / "results" / f"{profile.name}-{stamp}"
+    out.mkdir(parents=True, exist_ok=True)
+    runner = Runner(profile, profile_file, profile_sha, out, args)
+    try:
+        runner.start()
+        results = runner.run()
+    finally:
+        runner.stop()
+    runner.manifest["finished"] = results["finished"]
+    runner._write_manifest()
+    (out / "results.json").write_bytes(_dumps(results))
+    summary = render_summary(runner.manifest, results)
+    (out / "summary.md").write_text(summary)
+    print(summary)
+    print(f"results: {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

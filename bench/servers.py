@@ -1,0 +1,222 @@
+"""The processes a run measures: the mock provider and the gateway, on 127.0.0.1 only.
+
+Both start as real processes (``python -m tollway.mock``, ``python -m tollway.cli serve``) on
+port 0; the runner reads the bound URL from the first line each prints. Start-up doubles as
+the cold-start measurement: from just before ``Popen`` to the listening line, and to the first
+successful (2xx) chat completion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import http.client
+import os
+import re
+import select
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Final
+
+__all__ = [
+    "ALIAS",
+    "PROVIDER_KEY_ENV",
+    "PROVIDER_MODEL",
+    "Server",
+    "gateway_config",
+    "measure_first_response",
+    "start_server",
+]
+
+ALIAS: Final = "bench-v1"
+PROVIDER_MODEL: Final = "mock-gpt-small"
+PROVIDER_KEY_ENV: Final = "TOLLWAY_BENCH_PROVIDER_KEY"
+_START_TIMEOUT_S: Final = 30.0
+
+
+@dataclass
+class Server:
+    name: str
+    command: list[str]
+    proc: subprocess.Popen[str]
+    url: str
+    log_path: Path
+    started_at: float
+    listening_s: float
+    cold_start: dict[str, Any] = field(default_factory=dict)
+    _log: IO[str] | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if self._log is not None:
+            self._log.close()
+
+
+def _drain(stream: IO[str], sink: IO[str]) -> None:
+    with contextlib.suppress(ValueError, OSError):
+        for line in stream:
+            sink.write(line)
+            sink.flush()
+
+
+def start_server(
+    name: str, command: Sequence[str], ready: str, log_path: Path, env: Mapping[str, str] | None = None
+) -> Server:
+    """Start ``command`` and wait (bounded) for a stdout line matching ``ready``, whose group 1 is the URL."""
+    log = log_path.open("w")
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        list(command),
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert proc.stdout is not None
+    deadline = started + _START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not readable:
+            break
+        line = proc.stdout.readline()
+        if not line:
+            break
+        log.write(line)
+        match = re.search(ready, line)
+        if match:
+            listening = time.monotonic() - started
+            threading.Thread(target=_drain, args=(proc.stdout, log), daemon=True).start()
+            return Server(name, list(command), proc, match.group(1), log_path, started, listening, _log=log)
+    proc.kill()
+    proc.wait(timeout=5)
+    proc.stdout.close()
+    log.close()
+    raise RuntimeError(f"{name} did not start within {_START_TIMEOUT_S:.0f} s; see {log_path}:\n{log_path.read_text()}")
+
+
+def measure_first_response(
+    server: Server, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float = _START_TIMEOUT_S
+) -> dict[str, Any]:
+    """Post ``body`` until the first 2xx; the time is counted from just before the process started."""
+    parts = urllib.parse.urlsplit(url)
+    deadline = time.monotonic() + timeout_s
+    attempts = 0
+    last_error = ""
+    while time.monotonic() < deadline:
+        attempts += 1
+        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout_s)
+        try:
+            conn.request("POST", parts.path, body=body, headers={"content-type": "application/json", **headers})
+            resp = conn.getresponse()
+            resp.read()
+            if 200 <= resp.status < 300:
+                done = time.monotonic()
+                return {
+                    "listening_s": round(server.listening_s, 3),
+                    "first_response_s": round(done - server.started_at, 3),
+                    "attempts": attempts,
+                }
+            last_error = f"HTTP {resp.status}"
+        except OSError as exc:
+            last_error = type(exc).__name__
+        finally:
+            conn.close()
+        if server.proc.poll() is not None:
+            break
+        time.sleep(0.01)
+    raise RuntimeError(f"{server.name} gave no successful response ({last_error}); see {server.log_path}")
+
+
+def _deep_merge(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+    return base
+
+
+def fault_prefix(faults: str) -> str:
+    return f"/_fault/{faults}" if faults else ""
+
+
+def gateway_config(mock_url: str, faults: str, key_digest: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """One alias on one mock deployment, one principal; the same fault prefix the direct target uses."""
+    config: dict[str, Any] = {
+        "maxRequestBodyBytes": 1048576,
+        "requestTimeoutMs": 30000,
+        "providers": {
+            "mock-openai": {
+                "type": "openai-compatible",
+                "baseUrl": mock_url + fault_prefix(faults) + "/v1",
+                "providerAccountId": "bench-account",
+                "quotaGroupId": "bench-quota",
+                "credentials": [{"id": "bench-provider-key", "secretRef": f"env:{PROVIDER_KEY_ENV}"}],
+                "connectTimeoutMs": 2000,
+                "requestTimeoutMs": 30000,
+            }
+        },
+        "models": [
+            {
+                "name": ALIAS,
+                "capabilities": ["streaming", "tools", "json_object", "json_schema"],
+                "routes": [
+                    {
+                        "id": "bench-primary",
+                        "provider": "mock-openai",
+                        "model": PROVIDER_MODEL,
+                        "providerFormat": "openai-chat-completions",
+                    }
+                ],
+            }
+        ],
+        "principals": [
+            {
+                "id": "bench",
+                "tenant": "bench",
+                "allowedModels": [ALIAS],
+                "keys": [{"id": "bench-key", "sha256": key_digest}],
+            }
+        ],
+    }
+    return _deep_merge(config, overrides)
+
+
+def mock_command(workers: int) -> list[str]:
+    return [sys.executable, "-m", "tollway.mock", "--host", "127.0.0.1", "--port", "0", "--workers", str(workers)]
+
+
+def gateway_command(config_path: Path, workers: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "tollway.cli",
+        "serve",
+        "--config",
+        str(config_path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--workers",
+        str(workers),
+    ]

@@ -1,0 +1,214 @@
+"""The load generator's accounting, held against a scripted local server's own tally.
+
+Timing assertions are one-sided (a latency *at least* what the schedule forces), so a busy
+machine can only make them more true.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import itertools
+import statistics
+
+import pytest
+
+from bench.clients import CLIENTS as ALL_CLIENTS
+from bench.clients import has_content
+from bench.loadgen import LoadResult, LoadSpec, run_load
+from tests.unit.bench.tinyserver import Action, Drop, Hang, Reply, Sse, serving
+
+# aiohttp is the optional cross-check client (a dev dependency); without it only http1 is tested.
+CLIENTS = [c for c in ALL_CLIENTS if c != "aiohttp" or importlib.util.find_spec("aiohttp") is not None]
+BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+
+
+def spec(url: str, **overrides: object) -> LoadSpec:
+    settings: dict[str, object] = {
+        "url": url,
+        "body": BODY,
+        "rate": 20.0,
+        "duration_s": 0.5,
+        "warmup_s": 0.0,
+        "timeout_s": 5.0,
+        "progress": False,
+    }
+    settings.update(overrides)
+    return LoadSpec(**settings)  # type: ignore[arg-type]
+
+
+async def load(s: LoadSpec) -> LoadResult:
+    return await asyncio.to_thread(run_load, s)
+
+
+def assert_accounted(result: LoadResult) -> None:
+    assert sum(result.counts) == result.offered
+    assert result.summary(1.0, False)["accounted"] is True
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_latency_runs_from_the_intended_send_time_when_the_server_queues(client: str) -> None:
+    # The server handles one request at a time, 40 ms each, but requests are due every 20 ms:
+    # a closed-loop client would report ~40 ms; the queue the schedule builds must show up.
+    async with serving(lambda seq: Reply(delay_s=0.04, serial=True)) as server:
+        result = await load(spec(server.url, rate=50.0, duration_s=0.6, client=client))
+    assert result.offered == 30
+    assert result.count("completed") + result.count("late") == 30
+    latency = result.latency_total()
+    # Request k is due at 20k ms and answered no sooner than 40(k+1) ms.
+    assert latency.max >= 550_000
+    p50 = latency.percentile(0.5)
+    assert p50 is not None and p50 >= 250_000
+    assert_accounted(result)
+
+
+async def test_answers_after_the_window_end_are_late_not_completed() -> None:
+    async with serving(lambda seq: Reply(delay_s=0.3)) as server:
+        result = await load(spec(server.url, rate=20.0, duration_s=1.0))
+    assert result.offered == 20
+    # Requests due in the last 0.3 s of the window cannot finish inside it.
+    assert result.count("late") >= 5
+    assert result.count("completed") >= 1
+    assert result.count("completed") + result.count("late") == 20
+    summary = result.summary(1.0, False)
+    assert summary["throughput_rps"] == result.count("completed")
+    assert summary["success_ratio"] == 1.0
+    assert summary["completed_ratio"] < 1.0
+    assert_accounted(result)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_rejections_failures_and_timeouts_are_counted_apart(client: str) -> None:
+    script: list[Action] = [Reply(), Reply(status=429), Reply(status=503), Reply(status=500), Drop(), Hang(seconds=1.0)]
+    async with serving(lambda seq: script[seq % len(script)]) as server:
+        result = await load(spec(server.url, rate=60.0, duration_s=0.5, timeout_s=0.3, client=client))
+        tally = dict(server.tally)
+    assert result.offered == 30
+    assert sum(tally.values()) == 30
+    assert result.count("completed") + result.count("late") == tally["200"]
+    assert result.count("rejected") == tally["429"] + tally["503"]
+    assert result.count("failed") == tally["500"] + tally["drop"]
+    assert result.count("timed_out") == tally["hang"]
+    assert result.status[500] == tally["500"]
+    assert result.errors["HTTP 500"] == tally["500"]
+    assert sum(n for reason, n in result.errors.items() if reason != "HTTP 500") == tally["drop"]
+    assert result.reject_latency.count == result.count("rejected")
+    assert result.latency_total().count == tally["200"]
+    assert_accounted(result)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_sse_ttft_is_the_first_frame_with_content(client: str) -> None:
+    frames = (
+        (0.0, b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'),
+        (0.08, b'data: {"choices":[{"delta":{"content":"Hello"}}]}\n\n'),
+        (0.08, b"data: [DONE]\n\n"),
+    )
+    async with serving(lambda seq: Sse(frames)) as server:
+        result = await load(spec(server.url, rate=10.0, duration_s=0.5, stream=True, client=client))
+    assert result.offered == 5
+    assert result.count("completed") + result.count("late") == 5
+    ttft, latency = result.ttft.percentile(0.5), result.latency_total().percentile(0.5)
+    assert ttft is not None and latency is not None
+    assert ttft >= 75_000
+    assert latency >= 155_000
+    assert ttft < latency
+    assert result.summary(0.5, True)["ttft"]["count"] == 5
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_a_stream_without_its_terminal_marker_is_a_failure(client: str) -> None:
+    frames = ((0.0, b'data: {"choices":[{"delta":{"content":"Hi"}}]}\n\n'),)
+    async with serving(lambda seq: Sse(frames)) as server:
+        result = await load(spec(server.url, rate=10.0, duration_s=0.3, stream=True, client=client))
+    assert result.offered == 3
+    assert result.count("failed") == 3
+    assert result.errors == {"stream ended without its terminal marker": 3}
+    assert result.ttft.count == 0
+
+
+async def test_requests_over_the_in_flight_cap_are_dropped_not_queued() -> None:
+    async with serving(lambda seq: Reply(delay_s=0.5)) as server:
+        result = await load(spec(server.url, rate=20.0, duration_s=0.5, max_in_flight=2))
+        served = sum(server.tally.values())
+    assert result.offered == 10
+    assert result.count("dropped") >= 6
+    assert result.sent == served == 10 - result.count("dropped")
+    assert_accounted(result)
+
+
+async def test_warmup_requests_are_sent_but_not_counted() -> None:
+    async with serving(lambda seq: Reply()) as server:
+        result = await load(spec(server.url, rate=40.0, duration_s=0.5, warmup_s=0.25))
+        served = sum(server.tally.values())
+    assert (result.warmup_sent, result.warmup_ok) == (10, 10)
+    assert result.offered == 20
+    assert served == 30
+    assert sum(row[0] for row in result.timeline) == 20
+
+
+async def test_processes_interleave_one_evenly_spaced_schedule_and_merge() -> None:
+    async with serving(lambda seq: Reply()) as server:
+        result = await load(spec(server.url, rate=40.0, duration_s=1.0, warmup_s=0.25, procs=2))
+        arrivals = sorted(server.arrivals)
+        served = sum(server.tally.values())
+    assert result.offered == 40
+    assert result.warmup_sent == 10
+    assert served == 50
+    assert result.count("completed") + result.count("late") == 40
+    assert_accounted(result)
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    # Two processes each sending every 50 ms must interleave to one request every 25 ms,
+    # not fire in pairs: few arrivals come in close succession.
+    assert statistics.median(gaps) > 0.015
+    assert sum(g < 0.005 for g in gaps) <= len(gaps) // 5
+
+
+async def test_a_progress_line_is_printed_every_second(capsys: pytest.CaptureFixture[str]) -> None:
+    async with serving(lambda seq: Reply()) as server:
+        await load(spec(server.url, rate=10.0, duration_s=1.2, progress=True, label="probe"))
+    err = capsys.readouterr().err
+    assert "loadgen probe t=  1.0s measure sent=" in err
+
+
+def test_merge_and_serialization_keep_every_count() -> None:
+    a, b = LoadResult(2), LoadResult(2)
+    a.offered, a.counts = 3, [1, 1, 1, 0, 0, 0]
+    b.offered, b.counts = 2, [0, 0, 0, 1, 1, 0]
+    a.status, b.status = {200: 2, 429: 1}, {500: 1}
+    a.latency[0].record(1500)
+    b.latency[1].record(2500)
+    merged = LoadResult.from_dict(a.to_dict()).merge(LoadResult.from_dict(b.to_dict()))
+    assert merged.offered == 5 == sum(merged.counts)
+    assert merged.status == {200: 2, 429: 1, 500: 1}
+    assert merged.latency_total().count == 2
+    with pytest.raises(ValueError, match="window"):
+        merged.merge(LoadResult(3))
+
+
+def test_the_schedule_splits_warmup_and_window_by_request_index() -> None:
+    s = spec("http://127.0.0.1:1/", rate=100.0, duration_s=2.0, warmup_s=0.5)
+    assert (s.first_measured, s.total_requests, s.seconds) == (50, 250, 2)
+    assert "body" in s.settings() and s.settings()["body"] == {"bytes": len(BODY)}
+    with pytest.raises(ValueError):
+        spec("http://127.0.0.1:1/", rate=0.0)
+
+
+@pytest.mark.parametrize(
+    ("line", "has"),
+    [
+        (b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}', False),
+        (b'data: {"choices":[{"delta":{"content":"Hi"}}]}', True),
+        (b'data: {"type":"content_block_delta","delta":{"type":"text_delta","text":"Hi"}}', True),
+        (b'data: {"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"{\\"a"}}]}}]}', True),
+        (b"data: [DONE]", False),
+    ],
+)
+def test_content_frames_are_those_with_non_empty_text(line: bytes, has: bool) -> None:
+    assert has_content(line) is has
+
+
+def test_content_later_in_a_chunk_counts_even_after_an_empty_one() -> None:
+    chunk = b'data: {"delta":{"content":""}}\n\ndata: {"delta":{"content":"Hi"}}\n\n'
+    assert has_content(chunk)
+    assert not has_content(b'data: {"delta":{"content":"')
