@@ -56,6 +56,8 @@ def extract_metrics(results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                 out[f"{name}/knee_ratio"] = m
             continue
         for cmp in step.get("comparison", []):
+            if cmp.get("target", "gateway") != "gateway":
+                continue
             prefix = f"{name}@{cmp['rate']:g}"
             candidates = {
                 "throughput_ratio": _metric(cmp.get("throughput_ratio"), "higher"),

@@ -83,6 +83,8 @@ class LoadSpec:
     max_in_flight: int = 1000
     """Per process; a request due while this many are outstanding is dropped, not queued."""
     stream_done_marker: bytes = b"[DONE]"
+    start_at: float | None = None
+    """``time.monotonic()`` at which request 0 is due; None starts at once. Two runs can chain on it."""
     client: str = "http1"
     """``http1`` (lean, httptools) or ``aiohttp`` (cross-check); see :mod:`bench.clients`."""
     label: str = ""
@@ -115,6 +117,7 @@ class LoadSpec:
         data["body"] = {"bytes": len(self.body)}
         data["headers"] = sorted(k for k in self.headers if k.lower() != "authorization")
         data["stream_done_marker"] = self.stream_done_marker.decode()
+        data.pop("start_at", None)
         return data
 
 
@@ -257,10 +260,19 @@ class _Worker:
         self.window_start = start_at + spec.first_measured / spec.rate
         self.window_end = start_at + spec.warmup_s + spec.duration_s
         first, step, loop = spec.first_measured, spec.procs, asyncio.get_running_loop()
+        behind = 0
         for j in range(self.index, spec.total_requests, step):
             intended = start_at + j / spec.rate
-            while (delay := intended - time.monotonic()) > 0:
-                await asyncio.sleep(delay)
+            if intended > time.monotonic():
+                behind = 0
+                while (delay := intended - time.monotonic()) > 0:
+                    await asyncio.sleep(delay)
+            else:
+                # Behind schedule: send at once (latency still counts from the intended time), but
+                # let responses be read now and then rather than starving the event loop.
+                behind += 1
+                if behind % 32 == 0:
+                    await asyncio.sleep(0)
             measured = j >= first
             second = min(int((j - first) / spec.rate), spec.seconds - 1) if measured else -1
             if measured:
@@ -271,6 +283,8 @@ class _Worker:
                     self._outcome(_DROPPED, second)
                 self._bump(_P_DROPPED)
                 continue
+            self.in_flight += 1
+            self._bump(_P_IN_FLIGHT)
             task = loop.create_task(self._send(client, intended, second))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
@@ -295,9 +309,7 @@ class _Worker:
         spec = self.spec
         result = self.result
         started = time.monotonic()
-        self.in_flight += 1
         self._bump(_P_SENT)
-        self._bump(_P_IN_FLIGHT)
         status = 0
         ttft: float | None = None
         complete = False
@@ -400,7 +412,7 @@ def _run_loop(main: Any) -> Any:
 
 async def _run_in_process(spec: LoadSpec, counters: Any) -> LoadResult:
     client = _client(spec)
-    start_at = time.monotonic() + 0.02
+    start_at = spec.start_at if spec.start_at is not None else time.monotonic() + 0.02
     reporter = asyncio.ensure_future(_report_progress(spec, counters, start_at)) if spec.progress else None
     try:
         return await _Worker(spec, 0, counters).run(client, start_at)
@@ -448,7 +460,7 @@ def _run_processes(spec: LoadSpec, counters: Any) -> LoadResult:
             if kind != "ready":
                 raise RuntimeError(f"load process {index} failed to start: {payload}")
             ready += 1
-        start.value = time.monotonic() + 0.05
+        start.value = spec.start_at if spec.start_at is not None else time.monotonic() + 0.05
         go.set()
         merged = LoadResult(spec.seconds)
         finish_by = start.value + spec.warmup_s + spec.duration_s + spec.timeout_s + _DRAIN_GRACE_S + 30

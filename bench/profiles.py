@@ -22,7 +22,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 PROFILE_DIR = BENCH_DIR / "profiles"
 PAYLOAD_DIR = BENCH_DIR / "payloads"
 
-Target = Literal["direct", "gateway"]
+Target = Literal["direct", "gateway", "litellm", "portkey"]
+"""``gateway`` is Tollway; ``litellm`` and ``portkey`` are peers (see :mod:`bench.peers`)."""
 
 
 class _Model(BaseModel):
@@ -70,6 +71,10 @@ class Step(_Model):
     """Pause before the step, so one step's tail does not leak into the next; 0 for recovery."""
     timeline: bool = False
     """Print the per-second table in the summary (overload and recovery)."""
+    follows_previous: bool = False
+    """Start the moment the previous step's window ends, while its requests still drain; no warm-up.
+
+    This is how a recovery step meets the overload step's backlog, if there is one."""
 
     @model_validator(mode="after")
     def _one_rate(self) -> Step:
@@ -78,6 +83,8 @@ class Step(_Model):
             raise ValueError("a step sets exactly one of rate, rates (a sweep) or rate_x_knee")
         if self.rates is not None and (not self.rates or any(r <= 0 for r in self.rates)):
             raise ValueError("rates must be a non-empty list of positive numbers")
+        if self.follows_previous and self.rates is not None:
+            raise ValueError("a sweep cannot follow the previous step")
         return self
 
     @property
@@ -97,6 +104,8 @@ class Profile(_Model):
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     load: LoadSettings = Field(default_factory=LoadSettings)
     sweep: SweepSettings = Field(default_factory=SweepSettings)
+    repeat: int = Field(default=1, ge=1, le=10)
+    """Repetitions of every fixed-rate step (direct and gateway alternate); sweeps run once."""
     knee_rps: float | None = Field(default=None, gt=0)
     """The gateway's knee for ``rate_x_knee`` steps; ``--knee`` or ``--knee-from`` override it."""
     steps: list[Step] = Field(min_length=1)
@@ -106,6 +115,11 @@ class Profile(_Model):
         for step in self.steps:
             if not (PAYLOAD_DIR / f"{step.payload}.json").is_file():
                 raise ValueError(f"step {step.name}: no payload bench/payloads/{step.payload}.json")
+        for before, step in zip(self.steps, self.steps[1:], strict=False):
+            if step.follows_previous and (before.sweep or before.follows_previous):
+                raise ValueError(f"step {step.name} can only follow a single fixed-rate step")
+        if self.steps[0].follows_previous:
+            raise ValueError("the first step has no previous step to follow")
         names = [s.name for s in self.steps]
         if len(set(names)) != len(names):
             raise ValueError("step names must be unique")

@@ -19,6 +19,11 @@ _LAG_WARN_MS: Final = 2.0
 _OTHER_CPU_WARN_PCT: Final = 10.0
 
 
+def _label(target: str) -> str:
+    """Report names: the ``gateway`` target is Tollway, beside its peers."""
+    return "tollway" if target == "gateway" else target
+
+
 def _fmt(value: Any, digits: int = 2) -> str:
     if value is None:
         return "-"
@@ -98,90 +103,95 @@ def _counts(s: Mapping[str, Any] | None) -> str:
     return f"{s['late']} / {s['rejected']} / {s['failed']} / {s['timed_out']} / {s['dropped']}"
 
 
-def _fixed_rows(direct: Mapping[str, Any] | None, gateway: Mapping[str, Any] | None, cmp: Any) -> list[list[Any]]:
-    ds = direct["summary"] if direct else None
-    gs = gateway["summary"] if gateway else None
+def _group(entry: Mapping[str, Any]) -> str:
+    """The process group that served ``entry``: the mock for direct, else the target itself."""
+    return str(entry.get("server_group") or ("mock" if entry["target"] == "direct" else entry["target"]))
 
-    def both(fn: Any) -> list[Any]:
-        return [fn(ds) if ds else "-", fn(gs) if gs else "-"]
 
-    rows: list[list[Any]] = [
-        ["offered / sent", *both(lambda s: f"{s['offered']} / {s['sent']}"), "", ""],
-        ["completed in window", *both(lambda s: s["completed"]), "", ""],
-        ["late / rejected / failed / timed out / dropped", _counts(ds), _counts(gs), "", ""],
-        ["success % (2xx of offered)", *both(lambda s: _pct(s["success_ratio"])), "", ""],
-        [
+def _served(entry: Mapping[str, Any], key: str, digits: int = 1) -> str:
+    return _fmt(_resource(entry, _group(entry), key), digits)
+
+
+def _reject_times(s: Mapping[str, Any]) -> str:
+    if not s["rejected"]:
+        return "-"
+    return " / ".join(_fmt(s["reject_latency"][f"{k}_ms"], 3) for k in ("p50", "p99", "max"))
+
+
+def _cpu_ms(entry: Mapping[str, Any]) -> str:
+    cpu = entry.get("cpu_ms_per_request", {})
+    return " / ".join(_fmt(cpu.get(k), 3) for k in (_group(entry), "mock", "loadgen"))
+
+
+_PLAIN_ROWS: Final = (
+    ("offered / sent", lambda e: f"{e['summary']['offered']} / {e['summary']['sent']}"),
+    ("completed in window", lambda e: e["summary"]["completed"]),
+    ("late / rejected / failed / timed out / dropped", lambda e: _counts(e["summary"])),
+    ("success % (2xx of offered)", lambda e: _pct(e["summary"]["success_ratio"])),
+)
+_RESOURCE_ROWS: Final = (
+    (
+        "server CPU % mean / max (100 = one core; direct: the mock)",
+        lambda e: f"{_served(e, 'cpu_pct_mean')} / {_served(e, 'cpu_pct_max')}",
+    ),
+    ("CPU ms per request: server / mock / load generator", _cpu_ms),
+    (
+        "server RSS MiB max: all processes / largest",
+        lambda e: f"{_served(e, 'rss_mib_max_total')} / {_served(e, 'rss_mib_max_process')}",
+    ),
+    ("load generator send lag p99 ms", lambda e: _fmt(e["summary"]["send_lag"]["p99_ms"], 3)),
+    ("other CPU on the machine %", lambda e: _fmt(e.get("resources", {}).get("other_cpu_pct"), 1)),
+)
+
+
+def _fixed_table(columns: Sequence[Mapping[str, Any]], cmps: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One row per metric; per target after direct, its value then ``- direct`` and ``÷ direct``."""
+    others = [e["target"] for e in columns if e["target"] != "direct"]
+    header = ["", *(_label(e["target"]) for e in columns)]
+    for name in others:
+        header += [f"{_label(name)} - direct", f"{_label(name)} ÷ direct"]
+
+    def row(label: str, fn: Any, extra: Any = None) -> list[Any]:
+        cells = [label, *(fn(e) for e in columns)]
+        for name in others:
+            cells += extra(cmps.get(name)) if extra else ["", ""]
+        return cells
+
+    rows = [row(label, fn) for label, fn in _PLAIN_ROWS]
+    rows.append(
+        row(
             "throughput RPS (completed in window)",
-            *both(lambda s: _fmt(s["throughput_rps"], 1)),
-            "",
-            _fmt(cmp["throughput_ratio"], 3) if cmp else "-",
-        ],
-    ]
+            lambda e: _fmt(e["summary"]["throughput_rps"], 1),
+            lambda c: ["", _fmt(c["throughput_ratio"], 3) if c else "-"],
+        )
+    )
     sections = [("latency", "latency")]
-    if (ds and ds.get("ttft")) or (gs and gs.get("ttft")):
+    if any(e["summary"].get("ttft") for e in columns):
         sections.append(("ttft", "TTFT"))
     for key, label in sections:
         for pkey, _ in PERCENTILES:
-            diff = cmp[key][pkey] if cmp and cmp.get(key) else {"added_ms": None, "ratio": None}
-            added = diff["added_ms"]
-            rows.append(
-                [
-                    f"{label} {pkey} ms",
-                    *both(lambda s, k=key, p=pkey: _fmt((s.get(k) or {}).get(f"{p}_ms"), 3)),
-                    "-" if added is None else f"{added:+.3f}",
-                    "-" if diff["ratio"] is None else f"{diff['ratio']:.2f}x",
-                ]
-            )
-    rows += [
-        [
-            "gateway CPU % mean / max (100 = one core)",
-            *(
-                f"{_fmt(_resource(e, 'gateway', 'cpu_pct_mean'), 1)} / "
-                f"{_fmt(_resource(e, 'gateway', 'cpu_pct_max'), 1)}"
-                for e in (direct, gateway)
-            ),
-            "",
-            "",
-        ],
-        [
-            "CPU ms per request: gateway / mock / load generator",
-            *(_cpu_ms(e) for e in (direct, gateway)),
-            "",
-            "",
-        ],
-        [
-            "gateway RSS MiB max: all processes / largest",
-            *(
-                f"{_fmt(_resource(e, 'gateway', 'rss_mib_max_total'), 1)} / "
-                f"{_fmt(_resource(e, 'gateway', 'rss_mib_max_process'), 1)}"
-                for e in (direct, gateway)
-            ),
-            "",
-            "",
-        ],
-        ["load generator send lag p99 ms", *both(lambda s: _fmt(s["send_lag"]["p99_ms"], 3)), "", ""],
-        [
-            "other CPU on the machine %",
-            *(_fmt((e or {}).get("resources", {}).get("other_cpu_pct"), 1) for e in (direct, gateway)),
-            "",
-            "",
-        ],
-    ]
-    return rows
 
+            def diff(c: Any, k: str = key, p: str = pkey) -> list[str]:
+                d = c[k][p] if c and c.get(k) else {"added_ms": None, "ratio": None}
+                added, ratio = d["added_ms"], d["ratio"]
+                return ["-" if added is None else f"{added:+.3f}", "-" if ratio is None else f"{ratio:.2f}x"]
 
-def _cpu_ms(entry: Mapping[str, Any] | None) -> str:
-    if entry is None:
-        return "-"
-    cpu = entry.get("cpu_ms_per_request", {})
-    return " / ".join(_fmt(cpu.get(k), 3) for k in ("gateway", "mock", "loadgen"))
+            value = lambda e, k=key, p=pkey: _fmt((e["summary"].get(k) or {}).get(f"{p}_ms"), 3)  # noqa: E731
+            rows.append(row(f"{label} {pkey} ms", value, diff))
+    if any(e["summary"]["rejected"] for e in columns):
+        rows.append(row("rejected (429/503) answer time p50 / p99 / max ms", lambda e: _reject_times(e["summary"])))
+    rows += [row(label, fn) for label, fn in _RESOURCE_ROWS]
+    return _table(header, rows)
 
 
 def _warnings(entries: Sequence[Mapping[str, Any]]) -> list[str]:
     out = []
+    repeated = any(e.get("repetition", 0) > 0 for e in entries)
     for e in entries:
         s = e["summary"]
-        label = f"{e['target']} @ {e['rate']:g} RPS"
+        label = f"{_label(e['target'])} @ {e['rate']:g} RPS"
+        if repeated:
+            label += f", repetition {e.get('repetition', 0) + 1}"
         if not s.get("accounted", True):
             out.append(f"- **{label}: outcomes do not add up to offered requests (harness bug).**")
         lag = s["send_lag"].get("p99_ms")
@@ -203,7 +213,7 @@ def _sweep(step: Mapping[str, Any]) -> list[str]:
         lat = s["latency"]
         rows.append(
             [
-                e["target"],
+                _label(e["target"]),
                 _fmt(float(e["rate"]), 0),
                 _fmt(s["throughput_rps"], 1),
                 _pct(s["success_ratio"]),
@@ -211,12 +221,12 @@ def _sweep(step: Mapping[str, Any]) -> list[str]:
                 _fmt(lat["p99_ms"], 3),
                 _fmt(lat["p99.9_ms"], 3),
                 _fmt(lat["max_ms"], 3),
-                _fmt(_resource(e, "gateway", "cpu_pct_mean"), 1),
+                _served(e, "cpu_pct_mean"),
                 "yes" if e.get("pass") else "**no**",
             ]
         )
     header = ["target", "offered RPS", "throughput RPS", "success %", "p50 ms", "p99 ms", "p99.9 ms", "max ms"]
-    lines = _table([*header, "gateway CPU %", "pass"], rows)
+    lines = _table([*header, "server CPU %", "pass"], rows)
     sweep = step.get("sweep", {})
     knees = step.get("knee_rps", {})
     bound = f"p99 ≤ {sweep.get('p99_bound_ms')} ms and success ≥ {_pct(sweep.get('min_success'), 1)} %"
@@ -224,25 +234,26 @@ def _sweep(step: Mapping[str, Any]) -> list[str]:
     parts = []
     for target, knee in knees.items():
         if not knee:
-            parts.append(f"{target} below the lowest rate")
+            parts.append(f"{_label(target)} below the lowest rate")
         elif all_passed[target]:
-            parts.append(f"{target} ≥ {knee:.0f} (the highest rate tried)")
+            parts.append(f"{_label(target)} ≥ {knee:.0f} (the highest rate tried)")
         else:
-            parts.append(f"{target} {knee:.0f}")
+            parts.append(f"{_label(target)} {knee:.0f}")
     knee_text = ", ".join(parts)
     lines += ["", f"Knee (highest rate with {bound}): {knee_text} RPS."]
     return lines
 
 
-def _timeline(entry: Mapping[str, Any]) -> list[str]:
+def _timeline(entry: Mapping[str, Any], note: str = "") -> list[str]:
     keys = ["offered", "completed", "late", "rejected", "failed", "timed_out", "dropped", "p50_ms", "p99_ms", "max_ms"]
     rows = [[row["t"], *(_fmt(row.get(k), 3) for k in keys)] for row in entry["summary"]["timeline"]]
-    return [f"Per second of intended send, {entry['target']} @ {entry['rate']:g} RPS:", "", *_table(["s", *keys], rows)]
+    title = f"Per second of intended send, {_label(entry['target'])} @ {entry['rate']:g} RPS{note}:"
+    return [title, "", *_table(["s", *keys], rows)]
 
 
 def _profile(entry: Mapping[str, Any]) -> list[str]:
     prof = entry.get("py_spy") or {}
-    title = f"Where the gateway's time goes (py-spy, {entry['target']} @ {entry['rate']:g} RPS"
+    title = f"Where Tollway's time goes (py-spy, {entry['rate']:g} RPS"
     if not prof.get("file"):
         return [f"{title}): profiling failed: {prof.get('error', 'no output')}"]
     lines = [f"{title}, {prof['samples']} samples, raw stacks in `{prof['file']}`):", ""]
@@ -258,23 +269,61 @@ def _profile(entry: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _fixed(step: Mapping[str, Any]) -> list[str]:
+    pooled: Mapping[str, Any] = step.get("pooled") or {e["target"]: e for e in step["runs"]}
+    first = next(iter(pooled.values()), None)
+    if first is None:
+        return ["No runs."]
+    reps = first.get("repetitions", 1)
+    cmps = {c.get("target", "gateway"): c for c in step["comparison"]}
+    pooled_note = f", {reps} repetitions pooled (histograms merged)" if reps > 1 else ""
+    lines = [f"Offered rate: {first['rate']:g} RPS{pooled_note}.", ""]
+    columns = sorted(pooled.values(), key=lambda e: e["target"] != "direct")
+    lines += _fixed_table(columns, cmps)
+    repetitions = step.get("repetitions") or {}
+    if "metrics" in repetitions:  # results written before peers existed
+        repetitions = {"gateway": repetitions}
+    for target, stats in repetitions.items():
+        lines += ["", *_repetitions(target, stats)]
+    if step.get("timeline"):
+        summed = " (summed over repetitions)" if reps > 1 else ""
+        for entry in columns:
+            lines += ["", *_timeline(entry, summed)]
+    return lines
+
+
+def _repetitions(target: str, stats: Mapping[str, Any]) -> list[str]:
+    rows = []
+    for name, m in stats["metrics"].items():
+        ci = f"{_fmt(m['mean'], 3)} ± {_fmt(m['ci95'], 3)}" if m["ci95"] is not None else _fmt(m["mean"], 3)
+        rows.append([name, _fmt(m["median"], 3), _fmt(m["min"], 3), _fmt(m["max"], 3), ci])
+    name = _label(target)
+    header = [f"{name} against direct, per repetition", "median", "min", "max", "mean ± 95 % CI"]
+    title = f"Across {stats['n']} repetitions, each {name} run compared with the direct run of the same repetition:"
+    return [title, "", *_table(header, rows)]
+
+
+def _targets(results: Mapping[str, Any]) -> list[str]:
+    rows = []
+    for name, info in results.get("targets", {}).items():
+        if name in ("direct", "gateway"):
+            continue
+        detail = f"{info.get('version')}, {info.get('workers')} worker(s)" if info.get("status") == "ok" else ""
+        rows.append([name, info.get("status"), detail or info.get("reason", "")])
+    if not rows:
+        return []
+    return ["", "## Peer gateways", "", *_table(["peer", "status", "version, workers / reason"], rows)]
+
+
 def render_summary(manifest: Mapping[str, Any], results: Mapping[str, Any]) -> str:
-    lines = _header(manifest, results)
+    lines = _header(manifest, results) + _targets(results)
     for step in results.get("steps", []):
         mode = "SSE" if step["stream"] else "buffered"
         lines += ["", f"## {step['name']}: payload `{step['payload']}`, {mode}", ""]
         if step["kind"] == "sweep":
             lines += _sweep(step)
         else:
-            by_target = {e["target"]: e for e in step["runs"]}
-            rate = next(iter(by_target.values()))["rate"] if by_target else 0
-            cmp = step["comparison"][0] if step["comparison"] else None
-            lines += [f"Offered rate: {rate:g} RPS.", ""]
-            rows = _fixed_rows(by_target.get("direct"), by_target.get("gateway"), cmp)
-            lines += _table(["", "direct", "gateway", "gateway - direct", "gateway ÷ direct"], rows)
-            if step.get("timeline"):
-                for entry in step["runs"]:
-                    lines += ["", *_timeline(entry)]
+            lines += _fixed(step)
         for entry in step["runs"]:
             if "py_spy" in entry:
                 lines += ["", *_profile(entry)]
@@ -283,7 +332,7 @@ def render_summary(manifest: Mapping[str, Any], results: Mapping[str, Any]) -> s
             lines += ["", *warnings]
     lines += [
         "",
-        "`gateway - direct` is the difference of the two percentiles, not a percentile of per-request "
+        "`X - direct` is the difference of the two percentiles, not a percentile of per-request "
         "overhead; read it with the ratio. Latency runs from each request's intended send time.",
         "",
     ]

@@ -7,8 +7,11 @@ Each sample reads every ``/proc/<pid>/stat`` once (parent pid, user+system CPU t
 pages) and ``/proc/stat`` (machine-wide busy ticks). A named *group* is a root pid and all of
 its descendants, found afresh at each sample, so worker processes that a supervisor spawns or
 respawns are counted. The runner's own tree contains the mock, the gateway and the load
-generator, so ``other_cpu_pct`` (machine busy time minus everything we started) shows whether
-something else on the machine competed with the measurement.
+generator, so ``other_cpu_pct`` (CPU time of every other process, summed between consecutive
+samples) shows whether something else on the machine competed with the measurement. It misses
+processes that live shorter than one sampling interval and kernel work charged to no process;
+machine-wide ``/proc/stat`` counters are not used because on this tickless VM they disagree
+with per-process times over windows of a few seconds.
 """
 
 from __future__ import annotations
@@ -31,10 +34,10 @@ _MIB: Final = 1024 * 1024
 @dataclass(frozen=True, slots=True)
 class Sample:
     t: float
-    busy_ticks: int
-    """Machine-wide busy CPU ticks (all cores), from ``/proc/stat``."""
     groups: Mapping[str, tuple[int, int, tuple[int, ...]]]
     """Group name → (CPU ticks of its live processes, total RSS bytes, RSS bytes per process)."""
+    others: Mapping[int, int]
+    """CPU ticks of every process outside the ``all`` group (other users of the machine), by pid."""
 
 
 def _read_procs() -> dict[int, tuple[int, int, int]]:
@@ -54,13 +57,6 @@ def _read_procs() -> dict[int, tuple[int, int, int]]:
     return out
 
 
-def _busy_ticks() -> int:
-    with open("/proc/stat", "rb") as fh:
-        parts = fh.readline().split()
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in parts[1:9])
-    return user + nice + system + irq + softirq + steal
-
-
 def _descendants(root: int, children: Mapping[int, list[int]]) -> list[int]:
     out, stack = [], [root]
     while stack:
@@ -72,16 +68,19 @@ def _descendants(root: int, children: Mapping[int, list[int]]) -> list[int]:
 
 def take_sample(roots: Mapping[str, int]) -> Sample:
     procs = _read_procs()
-    busy = _busy_ticks()
     children: dict[int, list[int]] = {}
     for pid, (ppid, _, _) in procs.items():
         children.setdefault(ppid, []).append(pid)
     groups = {}
+    ours: set[int] = set()
     for name, root in roots.items():
-        members = [procs[pid] for pid in _descendants(root, children) if pid in procs]
-        rss = tuple(m[2] for m in members)
-        groups[name] = (sum(m[1] for m in members), sum(rss), rss)
-    return Sample(time.monotonic(), busy, groups)
+        pids = [pid for pid in _descendants(root, children) if pid in procs]
+        if name == "all":
+            ours.update(pids)
+        rss = tuple(procs[pid][2] for pid in pids)
+        groups[name] = (sum(procs[pid][1] for pid in pids), sum(rss), rss)
+    others = {pid: info[1] for pid, info in procs.items() if pid not in ours} if "all" in roots else {}
+    return Sample(time.monotonic(), groups, others)
 
 
 class ResourceSampler:
@@ -142,8 +141,10 @@ class ResourceSampler:
                 "processes": max(len(s.groups[name][2]) for s in inside),
             }
         if "all" in self.roots:
-            busy_s = (last.busy_ticks - first.busy_ticks) / _TICK
-            ours_s = out["all"]["cpu_s"]
-            out["machine_cpu_pct"] = round(busy_s / elapsed * 100, 1)
-            out["other_cpu_pct"] = round(max(0.0, busy_s - ours_s) / elapsed * 100, 1)
+            other_ticks = sum(
+                max(0, b.others[pid] - a.others[pid])
+                for a, b in itertools.pairwise(inside)
+                for pid in b.others.keys() & a.others.keys()
+            )
+            out["other_cpu_pct"] = round(other_ticks / _TICK / elapsed * 100, 1)
         return out

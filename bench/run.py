@@ -17,6 +17,8 @@ Every load loop is bounded (rate x duration requests, each with a timeout); serv
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import dataclasses
 import hashlib
 import os
 import secrets
@@ -31,7 +33,9 @@ import orjson
 import yaml
 
 from bench import manifest as mf
+from bench.aggregate import comparison, pool_runs, repetition_stats
 from bench.loadgen import LOADGEN_VERSION, LoadResult, LoadSpec, run_load
+from bench.peers import PEERS, PeerError, PeerTarget, start_peer
 from bench.profiles import BENCH_DIR, PAYLOAD_DIR, Profile, Step, load_payload, load_profile
 from bench.pyspy import find_py_spy, start_py_spy, summarize_collapsed
 from bench.report import render_summary
@@ -48,11 +52,12 @@ from bench.servers import (
     mock_command,
     start_server,
 )
-from bench.stats import compare
 
 __all__ = ["RESULTS_SCHEMA", "main", "sweep_knee"]
 
 RESULTS_SCHEMA: Final = "tollway-bench-results/1"
+_CHAIN_MARGIN_S: Final = 1.0
+"""Time for a chained pair's load processes to spawn before the first request is due."""
 _COLD_BODY: Final = {"messages": [{"role": "user", "content": "cold start"}], "max_tokens": 8}
 
 
@@ -83,6 +88,8 @@ class Runner:
         self.out = out
         self.quiet: bool = args.quiet
         self.knee: float | None = args.knee or _knee_from(args.knee_from) or profile.knee_rps
+        self.repeat: int = args.repeat or profile.repeat
+        self.targets: list[str] = [*profile.targets, *(p for p in args.peers or () if p not in profile.targets)]
         if self.knee is None and any(s.rate_x_knee is not None for s in profile.steps):
             raise SystemExit(f"profile {profile.name} has rate_x_knee steps: pass --knee RPS or --knee-from RESULTS")
         self.user_key = "tw-bench-" + secrets.token_urlsafe(18)
@@ -102,6 +109,7 @@ class Runner:
             "machine": mf.machine(),
             "payloads": {},
             "knee_rps": self.knee,
+            "repeat": self.repeat,
             "loadgen": {
                 "version": LOADGEN_VERSION,
                 "client_version": _client_version(profile.load.client),
@@ -118,6 +126,9 @@ class Runner:
                 raise SystemExit("--py-spy: no py-spy executable (pip install py-spy==0.4.3)")
         self.mock: Server | None = None
         self.gateway: Server | None = None
+        self.peers: dict[str, PeerTarget] = {}
+        self.failed: dict[str, str] = {}
+        """Targets that could not start or died, with the reason."""
         self.sampler: ResourceSampler | None = None
 
     # -- set-up ---------------------------------------------------------------------------
@@ -127,14 +138,21 @@ class Runner:
         if key not in self.bodies:
             body, sha = load_payload(payload)
             self.manifest["payloads"][payload] = {"file": _rel(PAYLOAD_DIR / f"{payload}.json"), "sha256": sha}
-            body = {"model": ALIAS if target == "gateway" else PROVIDER_MODEL, **body}
+            body = {"model": self._model(target), **body}
             if stream:
                 body["stream"] = True
             self.bodies[key] = orjson.dumps(body)
             self.manifest["payloads"][payload]["request_bytes"] = len(self.bodies[key])
         return self.bodies[key]
 
+    def _model(self, target: str) -> str:
+        if target in self.peers:
+            return self.peers[target].model
+        return ALIAS if target == "gateway" else PROVIDER_MODEL
+
     def _target(self, target: str) -> tuple[str, dict[str, str]]:
+        if target in self.peers:
+            return self.peers[target].url, dict(self.peers[target].headers)
         if target == "gateway":
             assert self.gateway is not None
             return self.gateway.url + "/chat/completions", {"authorization": f"Bearer {self.user_key}"}
@@ -173,12 +191,49 @@ class Runner:
         url, headers = self._target("gateway")
         cold_body = orjson.dumps({"model": ALIAS, **_COLD_BODY})
         self.gateway.cold_start = measure_first_response(self.gateway, url, cold_body, headers)
+        self.manifest["peers"] = {}
+        for name in self.targets:
+            if name in PEERS:
+                self._start_peer(name)
+        self.targets = [t for t in self.targets if t not in self.failed]
         roots = {"all": os.getpid(), "gateway": self.gateway.pid, "mock": self.mock.pid}
+        roots.update({name: peer.server.pid for name, peer in self.peers.items()})
         self.sampler = ResourceSampler(roots).start()
+
+    def _start_peer(self, name: str) -> None:
+        assert self.mock is not None
+        faults = self.profile.mock.faults
+        try:
+            peer = start_peer(name, self.out, self.mock.url, faults, self.profile.gateway.workers, self.provider_key)
+        except PeerError as exc:
+            self.failed[name] = str(exc)
+            self.manifest["peers"][name] = {"status": "failed to start", "reason": str(exc)}
+            print(f"peer {name} is not measured: {exc}", file=sys.stderr, flush=True)
+            return
+        self.peers[name] = peer
+        cold_body = orjson.dumps({"model": peer.model, **_COLD_BODY})
+        try:
+            peer.server.cold_start = measure_first_response(peer.server, peer.url, cold_body, peer.headers)
+        except RuntimeError as exc:
+            self.failed[name] = f"started but gave no successful response: {exc}"
+            self.manifest["peers"][name] = {"status": "failed", "reason": self.failed[name]}
+            print(f"peer {name} is not measured: {self.failed[name]}", file=sys.stderr, flush=True)
+            peer.server.stop()
+            del self.peers[name]
+            return
+        self.manifest["peers"][name] = {
+            "status": "ok",
+            "version": peer.version,
+            "workers": peer.workers,
+            "command": _argv(peer.server.command),
+            **peer.settings,
+        }
 
     def stop(self) -> None:
         if self.sampler is not None:
             self.sampler.stop()
+        for peer in self.peers.values():
+            peer.server.stop()
         for server in (self.gateway, self.mock):
             if server is not None:
                 server.stop()
@@ -190,16 +245,19 @@ class Runner:
             if server is not None and server.proc.poll() is not None:
                 raise RuntimeError(f"{server.name} exited with {server.proc.returncode}; see {server.log_path}")
 
-    def measure(self, target: str, step: Step, rate: float) -> dict[str, Any]:
-        self._check_alive()
+    def _rate(self, step: Step) -> float:
+        return step.rate if step.rate is not None else (step.rate_x_knee or 0) * (self.knee or 0)
+
+    def _spec(self, target: str, step: Step, rate: float) -> LoadSpec:
         load = self.profile.load
         url, headers = self._target(target)
-        spec = LoadSpec(
+        warmup = step.warmup_s if step.warmup_s is not None else load.warmup_s
+        return LoadSpec(
             url=url,
             body=self._body(step.payload, step.stream, target),
             rate=rate,
             duration_s=step.duration_s if step.duration_s is not None else load.duration_s,
-            warmup_s=step.warmup_s if step.warmup_s is not None else load.warmup_s,
+            warmup_s=0.0 if step.follows_previous else warmup,
             timeout_s=load.timeout_s,
             stream=step.stream,
             headers=headers,
@@ -209,20 +267,50 @@ class Runner:
             label=f"{target}/{step.name}@{rate:g}",
             progress=not self.quiet,
         )
+
+    def measure(self, target: str, step: Step, rate: float) -> dict[str, Any]:
+        self._check_alive()
+        spec = self._spec(target, step, rate)
         if step.settle_s:
             time.sleep(step.settle_s)
         profiler = self._start_profiler(target, step, rate, spec)
         result = run_load(spec)
+        return self._entry(target, rate, spec, result, profiler)
+
+    def measure_chain(self, target: str, first: Step, second: Step) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``first`` and then ``second`` with no gap: ``second`` starts as ``first``'s window ends."""
+        self._check_alive()
+        if first.settle_s:
+            time.sleep(first.settle_s)
+        margin = _CHAIN_MARGIN_S if self.profile.load.procs > 1 else 0.2
+        start = time.monotonic() + margin
+        spec1 = dataclasses.replace(self._spec(target, first, self._rate(first)), start_at=start)
+        start2 = start + spec1.warmup_s + spec1.duration_s
+        spec2 = dataclasses.replace(self._spec(target, second, self._rate(second)), start_at=start2)
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bench-chain") as pool:
+            pending = pool.submit(run_load, spec2)
+            result1 = run_load(spec1)
+            result2 = pending.result(timeout=spec2.duration_s + spec2.timeout_s + 120)
+        return (
+            self._entry(target, spec1.rate, spec1, result1, None),
+            self._entry(target, spec2.rate, spec2, result2, None),
+        )
+
+    def _entry(
+        self,
+        target: str,
+        rate: float,
+        spec: LoadSpec,
+        result: LoadResult,
+        profiler: tuple[subprocess.Popen[bytes], Path] | None,
+    ) -> dict[str, Any]:
         summary = result.summary(spec.duration_s, spec.stream)
         resources = self._resources(result)
         sent = max(1, summary["sent"])
-        cpu_ms = {
-            name: round(resources[name]["cpu_s"] * 1000 / sent, 3)
-            for name in ("gateway", "mock")
-            if isinstance(resources.get(name), dict)
-        }
-        if isinstance(resources.get("all"), dict) and len(cpu_ms) == 2:
-            loadgen_s = resources["all"]["cpu_s"] - resources["gateway"]["cpu_s"] - resources["mock"]["cpu_s"]
+        servers = [name for name in ("gateway", "mock", *self.peers) if isinstance(resources.get(name), dict)]
+        cpu_ms = {name: round(resources[name]["cpu_s"] * 1000 / sent, 3) for name in servers}
+        if isinstance(resources.get("all"), dict) and servers:
+            loadgen_s = resources["all"]["cpu_s"] - sum(resources[name]["cpu_s"] for name in servers)
             cpu_ms["loadgen"] = round(max(0.0, loadgen_s) * 1000 / sent, 3)
         if not self.quiet:
             lat = summary["latency"]
@@ -235,6 +323,7 @@ class Runner:
         self._check_alive()
         entry = {
             "target": target,
+            "server_group": "mock" if target == "direct" else target,
             "rate": rate,
             "spec": spec.settings(),
             "summary": summary,
@@ -274,29 +363,74 @@ class Runner:
     def run(self) -> dict[str, Any]:
         profile = self.profile
         runs: dict[str, dict[str, list[dict[str, Any]]]] = {
-            s.name: {t: [] for t in profile.targets} for s in profile.steps
+            s.name: {t: [] for t in self.targets} for s in profile.steps
         }
-        for target in profile.targets:
-            for step in profile.steps:
-                if step.rates is not None:
-                    for rate in sorted(step.rates):
-                        entry = self.measure(target, step, rate)
-                        entry["pass"] = passes(entry["summary"], profile.sweep.p99_bound_ms, profile.sweep.min_success)
-                        runs[step.name][target].append(entry)
-                        if not entry["pass"]:
-                            break
-                else:
-                    rate = step.rate if step.rate is not None else (step.rate_x_knee or 0) * (self.knee or 0)
-                    runs[step.name][target].append(self.measure(target, step, rate))
+        steps = profile.steps
+        for repetition in range(self.repeat):
+            for target in self.targets:
+                for i, step in enumerate(steps):
+                    if not self._peer_alive(target):
+                        break
+                    if step.follows_previous:
+                        continue  # measured with the step before it
+                    if step.rates is not None:
+                        if repetition == 0:
+                            runs[step.name][target].extend(self._sweep(target, step))
+                        continue
+                    after = steps[i + 1] if i + 1 < len(steps) and steps[i + 1].follows_previous else None
+                    if after is None:
+                        measured = [(step, self.measure(target, step, self._rate(step)))]
+                    else:
+                        pair = self.measure_chain(target, step, after)
+                        measured = [(step, pair[0]), (after, pair[1])]
+                    for which, entry in measured:
+                        entry["repetition"] = repetition
+                        runs[which.name][target].append(entry)
         assert self.mock is not None and self.gateway is not None
         return {
             "schema": RESULTS_SCHEMA,
             "profile": profile.name,
             "created": self.manifest["created"],
             "finished": mf.now_utc(),
-            "cold_start": {"mock": self.mock.cold_start, "gateway": self.gateway.cold_start},
+            "repeat": self.repeat,
+            "targets": self._target_status(),
+            "cold_start": {
+                "mock": self.mock.cold_start,
+                "gateway": self.gateway.cold_start,
+                **{name: peer.server.cold_start for name, peer in self.peers.items()},
+            },
             "steps": [self._step_result(step, runs[step.name]) for step in profile.steps],
         }
+
+    def _peer_alive(self, target: str) -> bool:
+        peer = self.peers.get(target)
+        if peer is None or peer.server.proc.poll() is None:
+            return target not in self.failed
+        self.failed[target] = (
+            f"exited with {peer.server.proc.returncode} during the run; see {peer.server.log_path.name}"
+        )
+        print(f"peer {target}: {self.failed[target]}", file=sys.stderr, flush=True)
+        return False
+
+    def _target_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"direct": {"status": "ok"}, "gateway": {"status": "ok"}}
+        for name, info in self.manifest.get("peers", {}).items():
+            out[name] = {**info, "status": "failed" if name in self.failed else info.get("status")}
+            if name in self.failed:
+                out[name]["reason"] = self.failed[name]
+        return out
+
+    def _sweep(self, target: str, step: Step) -> list[dict[str, Any]]:
+        """Rising rates until one fails; a sweep runs once, whatever ``repeat`` says."""
+        bound = self.profile.sweep
+        entries = []
+        for rate in sorted(step.rates or ()):
+            entry = self.measure(target, step, rate)
+            entry["pass"] = passes(entry["summary"], bound.p99_bound_ms, bound.min_success)
+            entries.append(entry)
+            if not entry["pass"]:
+                break
+        return entries
 
     def _step_result(self, step: Step, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -313,27 +447,28 @@ class Runner:
             out["knee_rps"] = {
                 target: sweep_knee([(e["rate"], e["pass"]) for e in entries]) for target, entries in runs.items()
             }
-        direct = {e["rate"]: e["summary"] for e in runs.get("direct", [])}
-        for entry in runs.get("gateway", []):
-            base = direct.get(entry["rate"])
-            if base is not None:
-                out["comparison"].append(comparison(entry["rate"], base, entry["summary"], step.stream))
+            direct = {e["rate"]: e["summary"] for e in runs.get("direct", [])}
+            for target, entries in runs.items():
+                for entry in entries if target != "direct" else ():
+                    if entry["rate"] in direct:
+                        base = direct[entry["rate"]]
+                        out["comparison"].append(comparison(target, entry["rate"], base, entry["summary"], False))
+            return out
+        pooled = {target: pool_runs(entries) for target, entries in runs.items() if entries}
+        out["pooled"] = pooled
+        if "direct" not in pooled:
+            return out
+        d = pooled["direct"]
+        for target, other in pooled.items():
+            if target == "direct":
+                continue
+            out["comparison"].append(comparison(target, other["rate"], d["summary"], other["summary"], step.stream))
+            if self.repeat > 1:
+                out.setdefault("repetitions", {})[target] = repetition_stats(runs["direct"], runs[target], step.stream)
         return out
 
     def _write_manifest(self) -> None:
         (self.out / "manifest.json").write_bytes(_dumps(self.manifest))
-
-
-def comparison(rate: float, direct: dict[str, Any], gateway: dict[str, Any], stream: bool) -> dict[str, Any]:
-    """Gateway against direct at one rate: per-percentile difference and ratio, throughput ratio."""
-    d_thr, g_thr = direct["throughput_rps"], gateway["throughput_rps"]
-    return {
-        "rate": rate,
-        "latency": compare(direct["latency"], gateway["latency"]),
-        "ttft": compare(direct["ttft"], gateway["ttft"]) if stream and direct["ttft"] and gateway["ttft"] else None,
-        "throughput_ratio": round(g_thr / d_thr, 4) if d_thr else None,
-        "success_ratio": {"direct": direct["success_ratio"], "gateway": gateway["success_ratio"]},
-    }
 
 
 def _knee_from(path: str | None) -> float | None:
@@ -370,11 +505,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", help="output directory (default: bench/results/<profile>-<time>)")
     parser.add_argument("--knee", type=float, help="the gateway knee in RPS, for rate_x_knee steps")
     parser.add_argument("--knee-from", help="take the knee from a sweep's results.json (or its directory)")
+    parser.add_argument("--repeat", type=int, choices=range(1, 11), metavar="N", help="repetitions (1-10)")
     parser.add_argument("--quiet", action="store_true", help="no per-second progress lines")
+    parser.add_argument(
+        "--peers",
+        type=lambda text: [p for p in text.split(",") if p],
+        default=[],
+        help=f"also measure peer gateways, comma-separated ({','.join(PEERS)}); see bench/peers.py",
+    )
     parser.add_argument(
         "--py-spy", action="store_true", help="profile the gateway during gateway runs (dev tool: py-spy==0.4.3)"
     )
     args = parser.parse_args(argv)
+    unknown = [p for p in args.peers if p not in PEERS]
+    if unknown:
+        parser.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(PEERS)}")
     try:
         profile, profile_file, profile_sha = load_profile(args.profile)
     except (OSError, ValueError) as exc:

@@ -31,6 +31,7 @@ __all__ = [
     "Server",
     "gateway_config",
     "measure_first_response",
+    "start_polled",
     "start_server",
 ]
 
@@ -111,6 +112,53 @@ def start_server(
     proc.stdout.close()
     log.close()
     raise RuntimeError(f"{name} did not start within {_START_TIMEOUT_S:.0f} s; see {log_path}:\n{log_path.read_text()}")
+
+
+def start_polled(
+    name: str,
+    command: Sequence[str],
+    base_url: str,
+    health_path: str,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = _START_TIMEOUT_S,
+) -> Server:
+    """Start ``command`` (which prints no usable ready line) and poll ``GET base_url + health_path`` until 200."""
+    log = log_path.open("w")
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        list(command),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+        cwd=Path(__file__).resolve().parents[1],
+        text=True,
+    )
+    parts = urllib.parse.urlsplit(base_url)
+    deadline = started + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=2)
+        try:
+            conn.request("GET", health_path)
+            resp = conn.getresponse()
+            resp.read()
+            if resp.status == 200:
+                return Server(
+                    name, list(command), proc, base_url, log_path, started, time.monotonic() - started, _log=log
+                )
+        except OSError:
+            pass
+        finally:
+            conn.close()
+        time.sleep(0.1)
+    status = f"exited with {proc.returncode}" if proc.poll() is not None else f"not healthy after {timeout_s:.0f} s"
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=5)
+    log.close()
+    tail = log_path.read_text(errors="replace")[-1500:]
+    raise RuntimeError(f"{name} {status}; log tail:\n{tail}")
 
 
 def measure_first_response(

@@ -25,6 +25,7 @@ __all__ = [
     "Histogram",
     "compare",
     "exact_percentile",
+    "spread",
     "summarize",
 ]
 
@@ -204,3 +205,35 @@ def exact_percentile(values: Sequence[float], q: float) -> float:
         return ordered[-1]
     rank = max(1, math.ceil(q * len(ordered)))
     return ordered[rank - 1]
+
+
+# Two-sided 95 % Student t quantiles by degrees of freedom; 1.96 beyond the table.
+_T95: Final = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
+def spread(values: Sequence[float | None]) -> dict[str, float | int | None]:
+    """Median, range, mean and the 95 % confidence half-width of the mean across repetitions.
+
+    ``None`` values (a metric a repetition could not produce) are left out and counted in ``n``
+    only when present. With one value the half-width is None: one run has no spread to report.
+    """
+    xs = sorted(float(v) for v in values if v is not None)
+    if not xs:
+        return {"n": 0, "median": None, "min": None, "max": None, "mean": None, "ci95": None}
+    n = len(xs)
+    mean = sum(xs) / n
+    mid = n // 2
+    median = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2
+    ci95 = None
+    if n > 1:
+        variance = sum((x - mean) ** 2 for x in xs) / (n - 1)
+        t = _T95[n - 2] if n - 2 < len(_T95) else 1.96
+        ci95 = round(t * math.sqrt(variance / n), 4)
+    return {
+        "n": n,
+        "median": round(median, 4),
+        "min": round(xs[0], 4),
+        "max": round(xs[-1], 4),
+        "mean": round(mean, 4),
+        "ci95": ci95,
+    }

@@ -88,6 +88,19 @@ def test_every_step_has_direct_and_gateway_runs_whose_counts_add_up(smoke_run: P
             assert set(run["cpu_ms_per_request"]) == {"gateway", "mock", "loadgen"}
 
 
+def test_each_step_pools_its_runs_per_target(smoke_run: Path) -> None:
+    results = read(smoke_run / "results.json")
+    assert results["repeat"] == 1
+    assert results["targets"] == {"direct": {"status": "ok"}, "gateway": {"status": "ok"}}
+    for step in results["steps"]:
+        assert set(step["pooled"]) == {"direct", "gateway"}
+        for target, pooled in step["pooled"].items():
+            (run,) = [r for r in step["runs"] if r["target"] == target]
+            assert pooled["repetitions"] == 1
+            assert pooled["summary"]["offered"] == run["summary"]["offered"]
+            assert pooled["summary"]["completed"] == run["summary"]["completed"]
+
+
 def test_gateway_overhead_is_reported_as_difference_and_ratio(smoke_run: Path) -> None:
     results = read(smoke_run / "results.json")
     for step in results["steps"]:
@@ -109,7 +122,7 @@ def test_the_summary_has_a_table_per_step(smoke_run: Path) -> None:
         assert heading in summary
     assert "| latency p99 ms |" in summary
     assert "| TTFT p50 ms |" in summary
-    assert "gateway - direct" in summary
+    assert "tollway - direct" in summary and "tollway ÷ direct" in summary
 
 
 def test_a_run_compared_with_itself_as_baseline_passes(smoke_run: Path, tmp_path: Path) -> None:

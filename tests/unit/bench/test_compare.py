@@ -92,3 +92,11 @@ def test_a_sweep_point_needs_both_the_success_floor_and_the_p99_bound() -> None:
     assert not passes({**good, "success_ratio": 0.99}, 50.0, 0.999)
     assert not passes({**good, "latency": {"p99_ms": 60.0}}, 50.0, 0.999)
     assert not passes({"success_ratio": None, "latency": {"p99_ms": None}}, 50.0, 0.999)
+
+
+def test_only_tollway_is_guarded_not_its_peers() -> None:
+    data = results()
+    peer = dict(data["steps"][0]["comparison"][0], target="portkey")
+    peer["throughput_ratio"] = 0.1
+    data["steps"][0]["comparison"].append(peer)
+    assert extract_metrics(data) == extract_metrics(results())

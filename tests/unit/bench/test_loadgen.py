@@ -10,6 +10,7 @@ import asyncio
 import importlib.util
 import itertools
 import statistics
+import time
 
 import pytest
 
@@ -169,6 +170,23 @@ async def test_a_progress_line_is_printed_every_second(capsys: pytest.CaptureFix
         await load(spec(server.url, rate=10.0, duration_s=1.2, progress=True, label="probe"))
     err = capsys.readouterr().err
     assert "loadgen probe t=  1.0s measure sent=" in err
+
+
+async def test_a_run_can_start_at_a_given_time_to_chain_onto_another() -> None:
+    async with serving(lambda seq: Reply(delay_s=0.2)) as server:
+        start = time.monotonic() + 0.3
+        first = spec(server.url, rate=20.0, duration_s=0.5, start_at=start)
+        second = spec(server.url, rate=20.0, duration_s=0.5, start_at=start + 0.5)
+        results = await asyncio.gather(load(first), load(second))
+        arrivals = sorted(server.arrivals)
+    assert [r.offered for r in results] == [10, 10]
+    assert results[0].window is not None and results[1].window is not None
+    assert results[1].window[0] == pytest.approx(results[0].window[1])
+    assert arrivals[0] >= start
+    # The second run starts while the first run's answers (200 ms each) are still outstanding.
+    assert results[0].count("late") >= 1
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    assert max(gaps) < 0.2
 
 
 def test_merge_and_serialization_keep_every_count() -> None:

@@ -41,11 +41,20 @@ def test_the_payload_corpus_has_small_10kib_and_tool_heavy_bodies() -> None:
         ({"name": "x"}, "exactly one of"),
         ({"name": "x", "rate": 1, "payload": "nope"}, "no payload"),
         ({"name": "x", "rate": 1, "typo": 1}, "Extra inputs"),
+        ({"name": "x", "rates": [1], "follows_previous": True}, "cannot follow"),
     ],
 )
 def test_a_malformed_step_is_rejected(step: dict[str, object], reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         Profile.model_validate({"name": "bad", "steps": [step]})
+
+
+def test_only_a_fixed_rate_step_can_be_followed() -> None:
+    with pytest.raises(ValueError, match="no previous step"):
+        Profile.model_validate({"name": "bad", "steps": [{"name": "a", "rate": 1, "follows_previous": True}]})
+    sweep_then = [{"name": "a", "rates": [1]}, {"name": "b", "rate": 1, "follows_previous": True}]
+    with pytest.raises(ValueError, match="single fixed-rate step"):
+        Profile.model_validate({"name": "bad", "steps": sweep_then})
 
 
 def test_a_profile_path_outside_the_profile_directory_loads(tmp_path: Path) -> None:

@@ -1,0 +1,68 @@
+"""The summary's tables, from synthetic results: every target beside direct, difference and ratio."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.aggregate import comparison, pool_runs
+from bench.loadgen import LoadResult
+from bench.report import render_summary
+
+
+def entry(target: str, latency_us: int, rejected: int = 0) -> dict[str, Any]:
+    result = LoadResult(1)
+    result.offered = 10 + rejected
+    result.counts[0] = 10
+    result.counts[2] = rejected
+    result.timeline[0][0] = result.offered
+    for _ in range(10):
+        result.latency[0].record(latency_us)
+    for _ in range(rejected):
+        result.reject_latency.record(500)
+    group = "mock" if target == "direct" else target
+    return {
+        "target": target,
+        "server_group": group,
+        "rate": 10.0,
+        "spec": {"duration_s": 1.0, "stream": False},
+        "summary": result.summary(1.0, False),
+        "resources": {group: {"cpu_s": 0.1, "cpu_pct_mean": 10.0, "cpu_pct_max": 12.0}, "other_cpu_pct": 40.0},
+        "cpu_ms_per_request": {group: 1.0, "mock": 0.2, "loadgen": 0.3},
+        "raw": result.to_dict(),
+    }
+
+
+def results() -> dict[str, Any]:
+    runs = [entry("direct", 1000), entry("gateway", 3000), entry("portkey", 5000, rejected=2)]
+    pooled = {e["target"]: pool_runs([e]) for e in runs}
+    d = pooled["direct"]["summary"]
+    step = {
+        "name": "buffered-small",
+        "payload": "small",
+        "stream": False,
+        "kind": "fixed",
+        "timeline": False,
+        "runs": runs,
+        "pooled": pooled,
+        "comparison": [comparison(t, 10.0, d, pooled[t]["summary"], False) for t in ("gateway", "portkey")],
+    }
+    targets: dict[str, dict[str, Any]] = {"direct": {"status": "ok"}, "gateway": {"status": "ok"}}
+    targets["portkey"] = {"status": "ok", "version": "1.15.2", "workers": 1}
+    targets["litellm"] = {"status": "failed", "reason": "not installed"}
+    return {"profile": "peers", "targets": targets, "cold_start": {}, "steps": [step]}
+
+
+def test_every_target_gets_a_column_and_a_difference_and_ratio_against_direct() -> None:
+    text = render_summary({"command": ["python", "-m", "bench.run", "peers"]}, results())
+    header = next(line for line in text.splitlines() if line.startswith("|  | direct"))
+    assert header.split(" | ")[1:4] == ["direct", "tollway", "portkey"]
+    assert "tollway - direct" in header and "tollway ÷ direct" in header and "portkey ÷ direct" in header
+    p50 = next(line for line in text.splitlines() if line.startswith("| latency p50 ms"))
+    assert "3.00x" in p50 and "5.00x" in p50
+
+
+def test_failed_peers_rejections_and_noise_are_reported() -> None:
+    text = render_summary({}, results())
+    assert "| litellm | failed | not installed |" in text
+    assert "| rejected (429/503) answer time" in text
+    assert "other processes used 40 % CPU" in text
