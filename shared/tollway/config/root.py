@@ -26,7 +26,7 @@ from tollway.providers.base import ProviderFormat, Target
 from tollway.routing.health import CircuitPolicy, HealthRegistry
 from tollway.routing.plan import AliasPlan, Deployment, RetryPolicy, RouteTarget
 from tollway.secrets import SecretResolver
-from tollway.transport.http import ProviderTransport, TransportSettings
+from tollway.transport import Transport, TransportSettings, build_transport
 
 __all__ = ["GatewayLimits", "PublishedRoot", "Publisher", "RootHolder"]
 
@@ -92,7 +92,9 @@ class Publisher:
 
     resolver: SecretResolver = field(default_factory=SecretResolver)
     health: HealthRegistry = field(default_factory=HealthRegistry)
-    _transports: dict[str, tuple[str, ProviderTransport]] = field(default_factory=dict)
+    _transports: dict[str, tuple[str, Transport]] = field(default_factory=dict)
+    _open: list[Transport] = field(default_factory=list)
+    """Every transport built and not yet closed, including ones a newer root replaced."""
     _generation: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def publish(self, cfg: RouterConfig) -> PublishedRoot:
@@ -156,12 +158,13 @@ class Publisher:
                 max_connections=provider.maxConnections,
                 max_response_bytes=cfg.maxResponseBodyBytes,
             )
-            fingerprint = hashlib.sha256(repr((settings, sorted(auth.items()))).encode()).hexdigest()
+            fingerprint = hashlib.sha256(repr((cfg.httpClient, settings, sorted(auth.items()))).encode()).hexdigest()
             cached = self._transports.get(pid)
             if cached is not None and cached[0] == fingerprint:
                 transport = cached[1]
             else:
-                transport = ProviderTransport(settings, auth)
+                transport = build_transport(cfg.httpClient, settings, auth)
+                self._open.append(transport)
                 self._transports[pid] = (fingerprint, transport)
             out[pid] = Deployment(
                 id=pid,
@@ -248,9 +251,12 @@ class Publisher:
                 del self._transports[pid]
         await asyncio.sleep(grace_s)
         for t in stale.values():
+            if t in self._open:
+                self._open.remove(t)
             await t.aclose()
 
     async def aclose(self) -> None:
-        for _, t in self._transports.values():
+        for t in self._open:
             await t.aclose()
+        self._open.clear()
         self._transports.clear()

@@ -137,6 +137,8 @@ class RouterConfig(_Model):
     maxConcurrentRequests: int = 1024
     maxConcurrentStreams: int = 512
     unsupportedParameterPolicy: str = "reject"
+    httpClient: Literal["aiohttp", "httpx"] = "aiohttp"
+    """The upstream HTTP client library (docs/benchmarks.md has the numbers behind the default)."""
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     models: list[ModelConfig] = Field(default_factory=list)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from tollway.providers.base import ProviderCodec, ProviderFormat, Target
 from tollway.routing.health import DeploymentHealth
-from tollway.transport.http import ProviderTransport
+from tollway.transport.base import Transport
 
 __all__ = ["AliasPlan", "Deployment", "RetryPolicy", "RouteTarget"]
 
@@ -25,7 +25,7 @@ class Deployment:
     id: str
     format: ProviderFormat
     codec: ProviderCodec
-    transport: ProviderTransport
+    transport: Transport
     provider_account_id: str
     quota_group_id: str
 

@@ -1,5 +1,23 @@
-"""Pooled upstream HTTP clients and the mapping of transport failures to typed errors."""
+"""Pooled upstream HTTP clients behind one interface, and the mapping of their failures to typed errors."""
 
-from tollway.transport.http import ProviderTransport, TransportSettings, UpstreamResponse, map_http_error
+from __future__ import annotations
 
-__all__ = ["ProviderTransport", "TransportSettings", "UpstreamResponse", "map_http_error"]
+from collections.abc import Mapping
+from typing import Literal
+
+from tollway.transport.base import Transport, TransportSettings, UpstreamStream
+
+__all__ = ["HttpClient", "Transport", "TransportSettings", "UpstreamStream", "build_transport"]
+
+HttpClient = Literal["aiohttp", "httpx"]
+
+
+def build_transport(client: HttpClient, settings: TransportSettings, auth_headers: Mapping[str, str]) -> Transport:
+    """Build the deployment's client at publication; the library is imported only when chosen."""
+    if client == "aiohttp":
+        from tollway.transport.aiohttp_client import AiohttpTransport
+
+        return AiohttpTransport(settings, auth_headers)
+    from tollway.transport.http import ProviderTransport
+
+    return ProviderTransport(settings, auth_headers)

@@ -1,4 +1,4 @@
-"""One pooled HTTP client per provider deployment, and the httpx → ``UpstreamError`` boundary.
+"""The httpx transport: one pooled client per deployment, and the httpx → ``UpstreamError`` boundary.
 
 A ``ProviderTransport`` is built when a root is published and reused by every request that
 routes to its deployment. It owns the base URL and the credential headers; codecs only ever
@@ -16,20 +16,9 @@ import httpx
 
 from tollway.exceptions import UpstreamCategory, UpstreamError
 from tollway.providers.base import UpstreamRequest
+from tollway.transport.base import MAX_ERROR_BODY, TransportSettings
 
-__all__ = ["ProviderTransport", "TransportSettings", "UpstreamResponse", "map_http_error"]
-
-_MAX_ERROR_BODY = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class TransportSettings:
-    base_url: str
-    connect_timeout_s: float
-    request_timeout_s: float
-    stream_idle_timeout_s: float
-    max_connections: int = 256
-    max_response_bytes: int = 16 * 1024 * 1024
+__all__ = ["ProviderTransport", "UpstreamResponse", "map_http_error"]
 
 
 @dataclass(slots=True)
@@ -45,7 +34,7 @@ class UpstreamResponse:
         except httpx.HTTPError as exc:
             raise map_http_error(exc) from None
 
-    async def read_bounded(self, limit: int = _MAX_ERROR_BODY) -> bytes:
+    async def read_bounded(self, limit: int = MAX_ERROR_BODY) -> bytes:
         out = bytearray()
         async for chunk in self._response.aiter_bytes():
             out += chunk

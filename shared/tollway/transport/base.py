@@ -1,0 +1,52 @@
+"""The transport interface: what the gateway needs from an upstream HTTP client.
+
+Two implementations sit behind it (``httpx`` and ``aiohttp``); which one a deployment uses is
+chosen at publication (``httpClient`` in ``llm-router.yml``), with numbers in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+from tollway.providers.base import UpstreamRequest
+
+__all__ = ["MAX_ERROR_BODY", "Transport", "TransportSettings", "UpstreamStream"]
+
+MAX_ERROR_BODY = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TransportSettings:
+    base_url: str
+    connect_timeout_s: float
+    request_timeout_s: float
+    stream_idle_timeout_s: float
+    max_connections: int = 256
+    max_response_bytes: int = 16 * 1024 * 1024
+
+
+class UpstreamStream(Protocol):
+    """An open streamed response. Iteration errors arrive as ``UpstreamError``."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]: ...
+
+    async def read_bounded(self, limit: int = MAX_ERROR_BODY) -> bytes: ...
+
+
+class Transport(Protocol):
+    """One pooled client for one deployment: owns the base URL and the credential headers."""
+
+    async def send(self, req: UpstreamRequest) -> tuple[int, Mapping[str, str], bytes]: ...
+
+    def stream(self, req: UpstreamRequest) -> AbstractAsyncContextManager[UpstreamStream]: ...
+
+    async def aclose(self) -> None: ...
