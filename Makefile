@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TS_DIR := tests/e2e/ts
 
-.PHONY: up test install lint typecheck pytest clean
+.PHONY: up test install lint typecheck pytest bench bench-guard clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required"'
@@ -36,6 +36,16 @@ pytest: $(STAMP) $(TS_DIR)/node_modules/.installed
 	$(BIN)/pytest --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
 
 test: lint typecheck pytest
+
+# Benchmarks (not part of `make test`): make bench PROFILE=fixed-500 [ARGS="--repeat 3"]
+PROFILE ?= smoke
+bench: $(STAMP)
+	$(BIN)/python -m bench.run $(PROFILE) --out bench/results/$(PROFILE) $(ARGS)
+
+# Regression guard: rerun a profile and compare it with its accepted baseline (ratios to direct).
+bench-guard: $(STAMP)
+	$(BIN)/python -m bench.run $(PROFILE) --out bench/results/guard-$(PROFILE) $(ARGS)
+	$(BIN)/python -m bench.compare bench/results/guard-$(PROFILE) --baseline bench/baselines/$(PROFILE).json
 
 clean:
 	rm -rf $(VENV) $(TS_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache

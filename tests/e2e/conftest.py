@@ -42,6 +42,8 @@ def build_config(mock_url: str, keys: dict[str, str]) -> dict[str, object]:
         "openai-slow": _provider(
             "openai-compatible", fault.format(spec="chunk_gap_ms=1000,chunks=10") + "/v1", "acct-openai-slow"
         ),
+        "openai-delay": _provider("openai-compatible", fault.format(spec="delay_ms=3000") + "/v1", "acct-openai-delay"),
+        "openai-ttft": _provider("openai-compatible", fault.format(spec="ttft_ms=3000") + "/v1", "acct-openai-ttft"),
         "openai-400": _provider("openai-compatible", fault.format(spec="status=400") + "/v1", "acct-openai-400"),
     }
 
@@ -76,6 +78,8 @@ def build_config(mock_url: str, keys: dict[str, str]) -> dict[str, object]:
             "capabilities": anthropic_caps,
             "routes": [route("bad-primary", "openai-400"), route("bad-secondary", "openai-secondary", priority=1)],
         },
+        {"name": "chat-delay-v1", "capabilities": all_caps, "routes": [route("delay", "openai-delay")]},
+        {"name": "chat-ttft-v1", "capabilities": all_caps, "routes": [route("ttft", "openai-ttft")]},
         {"name": "chat-slow-v1", "capabilities": all_caps, "routes": [route("slow", "openai-slow")]},
         {"name": "chat-hidden-v1", "capabilities": all_caps, "routes": [route("hidden", "openai-ok")]},
     ]

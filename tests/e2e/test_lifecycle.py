@@ -179,3 +179,19 @@ def test_client_disconnect_cancels_the_upstream_stream(gateway: Gateway, mock_pr
     # The client's x-mock-* header never reached the provider: the stream was still slow.
     line = next(ln for ln in gateway.proc.log().splitlines() if rid in ln)
     assert '"cancelled"' in line
+
+
+@pytest.mark.parametrize(("alias", "stream"), [("chat-delay-v1", False), ("chat-ttft-v1", True)])
+def test_client_disconnect_before_output_cancels_the_upstream_call(gateway: Gateway, alias: str, stream: bool) -> None:
+    body = {"model": alias, "messages": [{"role": "user", "content": "wait for it"}], "stream": stream}
+    headers = {"authorization": f"Bearer {gateway.keys['team-a']}"}
+    before = gateway.proc.log().count('"status":499')
+    started = time.monotonic()
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(gateway.base_url + "/chat/completions", json=body, headers=headers, timeout=0.5)
+    assert _wait_for(lambda: gateway.proc.log().count('"status":499') > before, timeout=5), gateway.proc.log()
+    assert time.monotonic() - started < 2.5, "the provider takes 3 s; the gateway must give up when the client does"
+    line = [ln for ln in gateway.proc.log().splitlines() if '"status":499' in ln][-1]
+    assert f'"alias":"{alias}"' in line and '"cancelled"' in line
+    health = gateway.base_url.removesuffix("/v1") + "/healthz"
+    assert _wait_for(lambda: httpx.get(health).json()["in_flight"] == {"requests": 0, "streams": 0})

@@ -108,6 +108,40 @@ async def _read_body(request: Request, max_bytes: int, timeout_s: float) -> byte
     return b"".join(chunks)
 
 
+class _ClientGone(Exception):
+    """The client disconnected while the gateway was still waiting on the provider."""
+
+
+@contextlib.asynccontextmanager
+async def _cancel_on_disconnect(request: Request) -> AsyncIterator[None]:
+    """Cancel the enclosed upstream work as soon as the client disconnects.
+
+    One watcher task per request (not per chunk). The body has been read, so the next ASGI
+    message can only be ``http.disconnect``. Cancelling the request's own task unwinds the
+    attempt, which closes the upstream connection.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        yield
+    except asyncio.CancelledError:
+        if gone and task.uncancel() == 0:
+            raise _ClientGone from None
+        raise
+    finally:
+        watcher.cancel()
+
+
 def _check_content_type(request: Request) -> None:
     ctype = request.headers.get("content-type", "")
     if ctype.split(";", 1)[0].strip().lower() != _JSON:
@@ -155,15 +189,17 @@ async def chat_completions(request: Request) -> Response:
     try:
         principal = authenticate(request.headers.get("authorization"), root.keys)
         _check_content_type(request)
+        runtime.admission.acquire(root)
+        admitted = True
         raw = await _read_body(request, root.limits.max_request_body_bytes, root.limits.body_read_timeout_s)
         env = parse_body(raw)
         plan = root.aliases.get(env.model)
         if plan is None or not principal.may_use(env.model):
             raise ModelNotFound(f"The model '{env.model[:200]}' does not exist or you do not have access to it.")
         creq = to_canonical(env, plan)
-        stream = creq.stream
-        runtime.admission.acquire(root, stream)
-        admitted = True
+        if creq.stream:
+            runtime.admission.acquire_stream(root)
+            stream = True
         loop = asyncio.get_running_loop()
         session_id = request.headers.get(root.limits.session_header)
         ctx = RequestContext(
@@ -177,7 +213,8 @@ async def chat_completions(request: Request) -> Response:
         created = int(time.time())
         response_id = "chatcmpl-" + rid[4:]
         if stream:
-            committed = await runtime.gateway.open_stream(ctx, creq)
+            async with _cancel_on_disconnect(request):
+                committed = await runtime.gateway.open_stream(ctx, creq)
             renderer = ChunkRenderer(response_id, created, plan.name, creq.include_usage)
             admitted = False  # the stream session releases from here on
             session = _StreamSession(runtime, ctx, committed, renderer, creq.include_usage)
@@ -189,14 +226,15 @@ async def chat_completions(request: Request) -> Response:
                 lifetime_s=root.limits.max_stream_lifetime_s,
                 lifetime_frame=ChunkRenderer.error(DeadlineExceeded("The stream exceeded its maximum lifetime.")),
             )
-        result = await runtime.gateway.complete(ctx, creq)
+        async with _cancel_on_disconnect(request):
+            result = await runtime.gateway.complete(ctx, creq)
         body = render_completion(response_id, created, plan.name, result)
         _log_access(ctx, principal, 200, False, rid)
         return Response(body, media_type=_JSON)
     except GatewayError as err:
         _log_access(ctx, principal, err.status, stream, rid)
         return _error(err)
-    except ClientDisconnect:
+    except (ClientDisconnect, _ClientGone):
         _log_access(ctx, principal, 499, stream, rid)
         return Response(status_code=499)
     finally:
@@ -268,8 +306,15 @@ class _StreamSession:
 
 
 async def healthz(request: Request) -> Response:
-    root = _runtime(request).holder.root
-    body = {"status": "ok", "generation": root.generation, "digest": root.digest[:12], "pid": os.getpid()}
+    runtime = _runtime(request)
+    root = runtime.holder.root
+    body = {
+        "status": "ok",
+        "generation": root.generation,
+        "digest": root.digest[:12],
+        "pid": os.getpid(),
+        "in_flight": {"requests": runtime.admission.requests, "streams": runtime.admission.streams},
+    }
     return Response(orjson.dumps(body), media_type=_JSON)
 
 

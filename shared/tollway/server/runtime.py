@@ -30,17 +30,24 @@ class Admission:
     requests: int = 0
     streams: int = 0
 
-    def acquire(self, root: PublishedRoot, stream: bool) -> None:
+    def acquire(self, root: PublishedRoot) -> None:
+        """Take a request permit before the body is read or parsed."""
         limits = root.limits
-        if self.requests >= limits.max_concurrent_requests or (
-            stream and self.streams >= limits.max_concurrent_streams
-        ):
-            err = Overloaded(retry_after=1)
-            err.status = limits.overload_status
-            raise err
+        if self.requests >= limits.max_concurrent_requests:
+            raise self._overloaded(root)
         self.requests += 1
-        if stream:
-            self.streams += 1
+
+    def acquire_stream(self, root: PublishedRoot) -> None:
+        """Take a stream permit as well, once the request is known to stream."""
+        if self.streams >= root.limits.max_concurrent_streams:
+            raise self._overloaded(root)
+        self.streams += 1
+
+    @staticmethod
+    def _overloaded(root: PublishedRoot) -> Overloaded:
+        err = Overloaded(retry_after=1)
+        err.status = root.limits.overload_status
+        return err
 
     def release(self, stream: bool) -> None:
         self.requests -= 1
