@@ -5,7 +5,7 @@ ways and prints the median time per parse:
 
 - ``tollway``: what the gateway runs, ``orjson.loads`` plus ``to_canonical`` (typed checks);
 - ``pydantic``: ``model_validate_json`` into an equivalent pydantic model;
-- ``msgspec``: ``msgspec.json.decode`` into an equivalent ``Struct`` (if msgspec is installed).
+- ``msgspec``: ``msgspec.json.decode`` into an equivalent ``Struct`` (msgspec is a dev dependency).
 
 The pydantic and msgspec models check less than ``to_canonical`` (no capability gating, no
 limits, no unknown-field policy), so the comparison favours them. One process, one core: a
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 from pydantic import BaseModel, ConfigDict
 
@@ -84,51 +85,45 @@ class _PRequest(BaseModel):
     metadata: dict[str, str] | None = None
 
 
-try:
-    import msgspec
-except ImportError:  # pragma: no cover - msgspec is a dev dependency
-    msgspec = None
-
-if msgspec is not None:
-
-    class _MFunction(msgspec.Struct, forbid_unknown_fields=True):
-        name: str
-        description: str | None = None
-        parameters: dict[str, Any] | None = None
-        strict: bool | None = None
-
-    class _MTool(msgspec.Struct, forbid_unknown_fields=True):
-        type: str
-        function: _MFunction
-
-    class _MMessage(msgspec.Struct, forbid_unknown_fields=True):
-        role: str
-        content: str | list[dict[str, Any]] | None = None
-        name: str | None = None
-        tool_calls: list[dict[str, Any]] | None = None
-        tool_call_id: str | None = None
-
-    class _MRequest(msgspec.Struct, forbid_unknown_fields=True):
-        model: str
-        messages: list[_MMessage]
-        temperature: float | None = None
-        top_p: float | None = None
-        stop: str | list[str] | None = None
-        max_tokens: int | None = None
-        max_completion_tokens: int | None = None
-        stream: bool | None = None
-        stream_options: dict[str, Any] | None = None
-        tools: list[_MTool] | None = None
-        tool_choice: str | dict[str, Any] | None = None
-        parallel_tool_calls: bool | None = None
-        response_format: dict[str, Any] | None = None
-        user: str | None = None
-        metadata: dict[str, str] | None = None
+class _MFunction(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
 
 
-def _msgspec_decoder() -> Callable[[bytes], Any] | None:
-    if msgspec is None:
-        return None
+class _MTool(msgspec.Struct, forbid_unknown_fields=True):
+    type: str
+    function: _MFunction
+
+
+class _MMessage(msgspec.Struct, forbid_unknown_fields=True):
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class _MRequest(msgspec.Struct, forbid_unknown_fields=True):
+    model: str
+    messages: list[_MMessage]
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: str | list[str] | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    stream: bool | None = None
+    stream_options: dict[str, Any] | None = None
+    tools: list[_MTool] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    user: str | None = None
+    metadata: dict[str, str] | None = None
+
+
+def _msgspec_decoder() -> Callable[[bytes], Any]:
     decoder = msgspec.json.Decoder(_MRequest)
     return decoder.decode
 
@@ -139,9 +134,7 @@ def _tollway(raw: bytes) -> Any:
 
 def decoders() -> dict[str, Callable[[bytes], Any]]:
     out: dict[str, Callable[[bytes], Any]] = {"tollway": _tollway, "pydantic": _PRequest.model_validate_json}
-    m = _msgspec_decoder()
-    if m is not None:
-        out["msgspec"] = m
+    out["msgspec"] = _msgspec_decoder()
     return out
 
 
