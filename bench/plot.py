@@ -3,7 +3,8 @@
 Written for ``docs/`` (default ``--out docs/img``), named after the run directory:
 
 ``<run>-latency.png``     sweep steps: P50 and P99 latency against offered RPS, per target (log y),
-                          with the sweep's P99 bound and the rates that failed it
+                          with the sweep's P99 bound, the rates that failed it, and windows where
+                          other processes used > 10 % CPU ringed as noisy
 ``<run>-throughput.png``  sweep steps: completed throughput against offered RPS, per target, each
                           target's knee marked with the throughput it completed there
 ``<run>-timeline.png``    fixed-rate steps with a per-second timeline (the overload profile): per
@@ -43,7 +44,7 @@ __all__ = ["main", "plot_run"]
 DPI: Final = 100
 SIZE: Final = (11.0, 6.5)
 """Inches; at :data:`DPI` every PNG is 1100 x 650 pixels per panel row."""
-_FOOTER_IN: Final = 0.2
+_FOOTER_IN: Final = 0.32
 ROOT: Final = Path(__file__).resolve().parent.parent
 DEFAULT_OUT: Final = ROOT / "docs" / "img"
 
@@ -103,10 +104,9 @@ def _nan(value: Any) -> float:
 
 
 def _footer(fig: Figure, results: Mapping[str, Any], manifest: Mapping[str, Any]) -> None:
-    parts = []
+    """Two lines under the axes: the command that produced the numbers, then where and when."""
     command = manifest.get("command")
-    if command:
-        parts.append(" ".join(str(c) for c in command))
+    parts = []
     git = manifest.get("git") or {}
     if git.get("commit"):
         parts.append(f"commit {str(git['commit'])[:7]}" + (" (dirty tree)" if git.get("dirty") else ""))
@@ -117,8 +117,10 @@ def _footer(fig: Figure, results: Mapping[str, Any], manifest: Mapping[str, Any]
     if workers:
         parts.append(f"tollway {workers} worker(s)")
     if results.get("created"):
-        parts.append(str(results["created"]))
-    fig.text(0.01, 0.005, "  |  ".join(parts), fontsize=7, color="#666666", ha="left", va="bottom")
+        parts.append(f"run started {results['created']}")
+    lines = [f"Reproduce: {' '.join(str(c) for c in command)}"] if command else []
+    lines.append("  |  ".join(parts))
+    fig.text(0.01, 0.004, "\n".join(lines), fontsize=7.5, color="#555555", ha="left", va="bottom", linespacing=1.3)
 
 
 @contextmanager
@@ -191,6 +193,26 @@ def _fail_text(step: Mapping[str, Any]) -> str:
     return f"failed the sweep bound:\nP99 > {bound:g} ms or success < {min_success * 100:g} %"
 
 
+_NOISY_PCT: Final = 10.0
+"""Above this much CPU used by processes the run did not start, a window is noisy (as in the summary)."""
+
+
+def _other_cpu(entry: Mapping[str, Any]) -> float | None:
+    value = (entry.get("resources") or {}).get("other_cpu_pct")
+    return None if value is None else float(value)
+
+
+def _noisy(entry: Mapping[str, Any]) -> bool:
+    other = _other_cpu(entry)
+    return other is not None and other > _NOISY_PCT
+
+
+def _noise_marks(ax: Axes, points: Sequence[tuple[float, float]]) -> None:
+    if points:
+        xs, ys = zip(*points, strict=True)
+        ax.plot(xs, ys, "o", mfc="none", mec="#9467bd", mew=1.6, ms=13, zorder=4)
+
+
 def _fail_marks(ax: Axes, points: Sequence[tuple[float, float]]) -> None:
     if points:
         xs, ys = zip(*points, strict=True)
@@ -206,6 +228,7 @@ def sweep_latency_figure(results: Mapping[str, Any], manifest: Mapping[str, Any]
         by_target = _by_target(step)
         targets = list(by_target)
         bound = (step.get("sweep") or {}).get("p99_bound_ms")
+        any_noisy = False
         for target, entries in by_target.items():
             color = _color(target, targets)
             rates = [float(e["rate"]) for e in entries]
@@ -215,6 +238,12 @@ def sweep_latency_figure(results: Mapping[str, Any], manifest: Mapping[str, Any]
             ax.plot(rates, p99, "-o", color=color, lw=1.8, ms=5, label=f"{name} P99")
             ax.plot(rates, p50, "--s", color=color, lw=1.2, ms=4, alpha=0.85, label=f"{name} P50")
             _fail_marks(ax, [(r, v) for r, v, e in zip(rates, p99, entries, strict=True) if not e.get("pass")])
+            noisy = [e for e in entries if _noisy(e)]
+            _noise_marks(
+                ax,
+                [(float(e["rate"]), _nan(e["summary"]["latency"].get(k))) for e in noisy for k in ("p50_ms", "p99_ms")],
+            )
+            any_noisy = any_noisy or bool(noisy)
         if bound:
             ax.axhline(bound, color="#d62728", lw=1, ls=":", zorder=1)
             ax.annotate(
@@ -231,6 +260,9 @@ def sweep_latency_figure(results: Mapping[str, Any], manifest: Mapping[str, Any]
         handles, labels = ax.get_legend_handles_labels()
         handles.append(Line2D([], [], ls="", marker="X", color="#d62728", ms=9, mec="white"))
         labels.append(_fail_text(step))
+        if any_noisy:
+            handles.append(Line2D([], [], ls="", marker="o", mfc="none", mec="#9467bd", mew=1.6, ms=11))
+            labels.append(f"noisy: other processes used\n> {_NOISY_PCT:g} % CPU in that window")
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.9)
         ax.set_title(f"{run}: {step['name']} ({_mode(step)}): latency percentiles against offered load")
     _footer(fig, results, manifest)
