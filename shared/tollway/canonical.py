@@ -14,6 +14,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+import orjson
+
 __all__ = [
     "CanonicalRequest",
     "CanonicalResponse",
@@ -35,6 +37,8 @@ __all__ = [
     "ToolDefinition",
     "Usage",
     "UsageEvidence",
+    "estimate_request_tokens",
+    "estimate_tokens",
 ]
 
 Role: TypeAlias = Literal["system", "developer", "user", "assistant", "tool"]
@@ -190,3 +194,21 @@ StreamEvent: TypeAlias = StreamStart | TextDelta | ToolCallDelta | StreamFinish 
 
 SEMANTIC_EVENTS = (TextDelta, ToolCallDelta)
 """Once one of these has reached the client, the request may no longer move to another target."""
+
+
+def estimate_tokens(text_chars: int) -> int:
+    """A conservative local estimate: about four characters per token, rounded up."""
+    return (text_chars + 3) // 4
+
+
+def estimate_request_tokens(req: CanonicalRequest) -> int:
+    """The request's input size as a ``local-estimate``: message text, tool calls and tool schemas
+    (images are not counted). Used for the alias's input bound and when a provider reports no usage."""
+    chars = 0
+    for m in req.messages:
+        chars += len(m.text()) + 4
+        if m.tool_calls:
+            chars += sum(len(c.name) + len(c.arguments) for c in m.tool_calls)
+    if req.tools:
+        chars += sum(len(orjson.dumps(t.parameters or {})) + len(t.name) for t in req.tools)
+    return estimate_tokens(chars)

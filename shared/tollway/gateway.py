@@ -26,6 +26,8 @@ from tollway.canonical import (
     StreamUsage,
     Usage,
     UsageEvidence,
+    estimate_request_tokens,
+    estimate_tokens,
 )
 from tollway.config.root import PublishedRoot
 from tollway.exceptions import GatewayError, ModelUnavailable, UpstreamCategory, UpstreamError
@@ -33,7 +35,7 @@ from tollway.governance.principals import Principal
 from tollway.routing.plan import AliasPlan, RouteTarget
 from tollway.sse import SseFrameTooLarge, aiter_sse
 
-__all__ = ["AttemptRecord", "CommittedStream", "Gateway", "RequestContext", "estimate_tokens"]
+__all__ = ["AttemptRecord", "CommittedStream", "Gateway", "RequestContext"]
 
 _T = TypeVar("_T")
 
@@ -74,15 +76,6 @@ class RequestContext:
     attempts: list[AttemptRecord] = field(default_factory=list)
     usage: Usage | None = None
     rng: random.Random = field(default_factory=random.Random)
-
-
-def estimate_tokens(text_chars: int) -> int:
-    """A conservative local estimate: about four characters per token, rounded up."""
-    return (text_chars + 3) // 4
-
-
-def _request_chars(req: CanonicalRequest) -> int:
-    return sum(len(m.text()) for m in req.messages)
 
 
 class CommittedStream:
@@ -166,7 +159,7 @@ class Gateway:
         response = await self._run(ctx, attempt)
         if response.usage is None:
             response.usage = Usage(
-                prompt_tokens=estimate_tokens(_request_chars(req)),
+                prompt_tokens=estimate_request_tokens(req),
                 completion_tokens=estimate_tokens(len(response.content or "")),
                 evidence=UsageEvidence.LOCAL_ESTIMATE,
             )

@@ -14,7 +14,7 @@ from typing import Any
 
 from tollway.exceptions import ConfigError, ConfigIssue
 
-__all__ = ["Secret", "SecretResolver", "resolve_secret_ref"]
+__all__ = ["Secret", "SecretResolver"]
 
 
 class Secret:
@@ -89,7 +89,3 @@ class SecretResolver:
                     raise ConfigError([ConfigIssue(path, f"secret {secret_id} has no JSON key {json_key}")]) from None
             return Secret(raw)
         raise ConfigError([ConfigIssue(path, "secretRef must start with env: or aws-sm:")])
-
-
-def resolve_secret_ref(ref: str, path: str, env: Mapping[str, str] | None = None) -> Secret:
-    return SecretResolver(env).resolve(ref, path)

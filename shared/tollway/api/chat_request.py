@@ -24,11 +24,12 @@ from tollway.canonical import (
     ToolCall,
     ToolChoice,
     ToolDefinition,
+    estimate_request_tokens,
 )
 from tollway.exceptions import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
 from tollway.routing.plan import AliasPlan
 
-__all__ = ["ParsedEnvelope", "estimate_request_tokens", "parse_body", "to_canonical"]
+__all__ = ["ParsedEnvelope", "parse_body", "to_canonical"]
 
 _PROFILE = frozenset(
     {
@@ -279,17 +280,6 @@ def _unknown_fields(body: dict[str, Any], plan: AliasPlan) -> dict[str, Any]:
         elif plan.reject_unknown_parameters:
             raise UnsupportedParameter(f"Unsupported parameter: '{key}'.", param=key)
     return extensions
-
-
-def estimate_request_tokens(req: CanonicalRequest) -> int:
-    chars = 0
-    for m in req.messages:
-        chars += len(m.text()) + 4
-        if m.tool_calls:
-            chars += sum(len(c.name) + len(c.arguments) for c in m.tool_calls)
-    if req.tools:
-        chars += sum(len(orjson.dumps(t.parameters or {})) + len(t.name) for t in req.tools)
-    return (chars + 3) // 4
 
 
 def _output_limit(body: dict[str, Any], plan: AliasPlan) -> int | None:

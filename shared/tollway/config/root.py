@@ -34,14 +34,11 @@ __all__ = ["GatewayLimits", "PublishedRoot", "Publisher", "RootHolder"]
 @dataclass(frozen=True, slots=True)
 class GatewayLimits:
     max_request_body_bytes: int
-    max_response_body_bytes: int
     request_timeout_s: float
-    stream_idle_timeout_s: float
     max_concurrent_requests: int
     max_concurrent_streams: int
     overload_status: int
     body_read_timeout_s: float
-    stream_buffer_events: int
     max_stream_lifetime_s: float
     downstream_write_timeout_s: float
     session_header: str
@@ -102,14 +99,11 @@ class Publisher:
         digest = hashlib.sha256(orjson.dumps(cfg.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)).hexdigest()
         limits = GatewayLimits(
             max_request_body_bytes=cfg.maxRequestBodyBytes,
-            max_response_body_bytes=cfg.maxResponseBodyBytes,
             request_timeout_s=cfg.requestTimeoutMs / 1000,
-            stream_idle_timeout_s=cfg.streamIdleTimeoutMs / 1000,
             max_concurrent_requests=cfg.maxConcurrentRequests,
             max_concurrent_streams=cfg.maxConcurrentStreams,
             overload_status=cfg.admission.overloadStatus,
             body_read_timeout_s=cfg.admission.bodyReadTimeoutMs / 1000,
-            stream_buffer_events=cfg.admission.streamBufferEvents,
             max_stream_lifetime_s=cfg.admission.maxStreamLifetimeMs / 1000,
             downstream_write_timeout_s=cfg.admission.downstreamWriteProgressTimeoutMs / 1000,
             session_header=cfg.routing.sessionHeader.lower(),

@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tollway.api.chat_request import parse_body, to_canonical
 from tollway.api.chat_response import ChunkRenderer, render_completion
 from tollway.api.errors import error_body, error_headers
-from tollway.canonical import StreamFinish, TextDelta, ToolCallDelta, Usage, UsageEvidence
+from tollway.canonical import StreamFinish, TextDelta, ToolCallDelta, Usage, UsageEvidence, estimate_tokens
 from tollway.exceptions import (
     DeadlineExceeded,
     GatewayError,
@@ -37,7 +37,7 @@ from tollway.exceptions import (
     UnsupportedMediaType,
     UpstreamError,
 )
-from tollway.gateway import CommittedStream, RequestContext, estimate_tokens
+from tollway.gateway import CommittedStream, RequestContext
 from tollway.governance.principals import Principal, authenticate
 from tollway.server.runtime import GatewayRuntime
 from tollway.server.streaming import SseResponse
