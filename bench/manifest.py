@@ -32,6 +32,7 @@ PACKAGES: Final = (
     "fastapi",
     "pyyaml",
     "aiohttp",
+    "granian",
 )
 REPO: Final = Path(__file__).resolve().parents[1]
 

@@ -38,6 +38,8 @@ class MockSettings(_Model):
 
 class GatewaySettings(_Model):
     workers: int = Field(default=2, ge=1, le=8)
+    server: Literal["uvicorn", "granian"] = "uvicorn"
+    """The ASGI server; ``granian`` runs :mod:`bench.granian_gateway` (a dev dependency)."""
     config: dict[str, Any] = Field(default_factory=dict)
     """Deep-merged over the generated ``llm-router.yml`` (camelCase keys, as in the config schema)."""
 

@@ -44,6 +44,17 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows)]
 
 
+def _gateway_line(gateway: Mapping[str, Any], packages: Mapping[str, Any]) -> str:
+    """Workers, and the versions of the ASGI server and upstream client this run actually used."""
+    server = gateway.get("server") or "uvicorn"
+    config = gateway.get("config")
+    client = (config.get("httpClient") if isinstance(config, Mapping) else None) or "aiohttp"
+    return (
+        f"{gateway.get('workers')} worker(s); tollway {packages.get('tollway')}, "
+        f"{server} {packages.get(server)}, upstream client {client} {packages.get(client)}"
+    )
+
+
 def _header(manifest: Mapping[str, Any], results: Mapping[str, Any]) -> list[str]:
     git = manifest.get("git", {})
     machine = manifest.get("machine", {})
@@ -61,11 +72,7 @@ def _header(manifest: Mapping[str, Any], results: Mapping[str, Any]) -> list[str
             f"{machine.get('cpu_model')}, {machine.get('usable_cores')} cores, "
             f"Linux {machine.get('kernel')} {machine.get('arch')}, Python {machine.get('python')}",
         ],
-        [
-            "Gateway",
-            f"{manifest.get('gateway', {}).get('workers')} worker(s); tollway {packages.get('tollway')}, "
-            f"uvicorn {packages.get('uvicorn')}, httpx {packages.get('httpx')}",
-        ],
+        ["Gateway", _gateway_line(manifest.get("gateway", {}), packages)],
         ["Mock", f"{mock.get('workers')} worker(s), faults `{mock.get('faults') or 'none'}`"],
         [
             "Load generator",

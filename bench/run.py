@@ -174,9 +174,10 @@ class Runner:
         config = gateway_config(self.mock.url, profile.mock.faults, digest, profile.gateway.config)
         config_path = self.out / "llm-router.yml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        gw_cmd = gateway_command(config_path, profile.gateway.workers)
+        gw_cmd = gateway_command(config_path, profile.gateway.workers, profile.gateway.server)
         self.manifest["gateway"] = {
             "command": _argv(gw_cmd),
+            "server": profile.gateway.server,
             "workers": profile.gateway.workers,
             "config_file": config_path.name,
             "config": config,

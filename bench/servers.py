@@ -253,7 +253,19 @@ def mock_command(workers: int) -> list[str]:
     return [sys.executable, "-m", "tollway.mock", "--host", "127.0.0.1", "--port", "0", "--workers", str(workers)]
 
 
-def gateway_command(config_path: Path, workers: int) -> list[str]:
+def gateway_command(config_path: Path, workers: int, server: str = "uvicorn") -> list[str]:
+    if server == "granian":
+        return [
+            sys.executable,
+            "-m",
+            "bench.granian_gateway",
+            "--config",
+            str(config_path),
+            "--host",
+            "127.0.0.1",
+            "--workers",
+            str(workers),
+        ]
     return [
         sys.executable,
         "-m",

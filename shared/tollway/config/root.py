@@ -43,6 +43,8 @@ class GatewayLimits:
     downstream_write_timeout_s: float
     session_header: str
     path_prefix: str = "/v1"
+    max_loop_lag_s: float = float("inf")
+    """Shed new requests while the event loop lags more than this (``inf``: never)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -108,6 +110,7 @@ class Publisher:
             downstream_write_timeout_s=cfg.admission.downstreamWriteProgressTimeoutMs / 1000,
             session_header=cfg.routing.sessionHeader.lower(),
             path_prefix=cfg.pathPrefix,
+            max_loop_lag_s=cfg.admission.maxEventLoopLagMs / 1000 if cfg.admission.maxEventLoopLagMs else float("inf"),
         )
         circuit = CircuitPolicy(
             failure_threshold=cfg.routing.circuitBreaker.failureThreshold,

@@ -103,6 +103,8 @@ class AdmissionConfig(_Model):
     maxQueuedRequests: int = 0
     maxQueueWaitMs: int = 0
     overloadStatus: Literal[429, 503] = 503
+    maxEventLoopLagMs: int = 50
+    """Shed new requests while the process's event loop lags more than this; 0 turns it off."""
     streamBufferEvents: int = 32
     streamSetupTimeoutMs: int = 5000
     maxStreamLifetimeMs: int = 120000

@@ -151,6 +151,8 @@ def _check_admission(adm: AdmissionConfig, issues: _Issues) -> None:
     issues.positive("admission.bodyReadTimeoutMs", adm.bodyReadTimeoutMs)
     if adm.minStreamDrainBytesPerSecond < 0:
         issues.add("admission.minStreamDrainBytesPerSecond", "must not be negative")
+    if not 0 <= adm.maxEventLoopLagMs <= 60000:
+        issues.add("admission.maxEventLoopLagMs", "must be between 0 (off) and 60000")
 
 
 def _check_routing(routing: RoutingConfig, issues: _Issues) -> None:

@@ -314,6 +314,8 @@ async def healthz(request: Request) -> Response:
         "digest": root.digest[:12],
         "pid": os.getpid(),
         "in_flight": {"requests": runtime.admission.requests, "streams": runtime.admission.streams},
+        "loop_lag_ms": round(runtime.admission.loop_lag_s * 1000, 1),
+        "shed_for_loop_lag": runtime.admission.shed_lag,
     }
     return Response(orjson.dumps(body), media_type=_JSON)
 
@@ -353,6 +355,10 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
             loop.add_signal_handler(signal.SIGHUP, lambda: tasks.append(asyncio.ensure_future(runtime.reload())))
         if watch_interval_s:
             tasks.append(asyncio.ensure_future(runtime.watch(watch_interval_s)))
+        if not os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
+            # On Lambda one environment serves one request at a time and is frozen between
+            # invocations, so a lag sample would measure the freeze; concurrency is the limit there.
+            tasks.append(asyncio.ensure_future(runtime.admission.monitor_loop_lag()))
         try:
             yield
         finally:

@@ -25,17 +25,39 @@ log = logging.getLogger("tollway.runtime")
 
 @dataclass(slots=True)
 class Admission:
-    """Fail-fast in-flight permits: buffered requests and streams have separate pools."""
+    """Fail-fast in-flight permits: buffered requests and streams have separate pools.
+
+    Counting permits alone does not shed a CPU-bound process: when the event loop is saturated,
+    requests wait in socket buffers and the loop's ready queue, not in flight, so the permit
+    count stays low while latency climbs. :meth:`monitor_loop_lag` samples how late a timer
+    fires; while the last sample exceeds ``max_loop_lag_s`` new requests are rejected at once,
+    which costs far less CPU than serving them and lets the admitted ones finish promptly.
+    """
 
     requests: int = 0
     streams: int = 0
+    loop_lag_s: float = 0.0
+    """The last measured event-loop lag (0 until :meth:`monitor_loop_lag` runs)."""
+    shed_lag: int = 0
+    """Requests rejected because of loop lag, since start."""
 
     def acquire(self, root: PublishedRoot) -> None:
         """Take a request permit before the body is read or parsed."""
         limits = root.limits
         if self.requests >= limits.max_concurrent_requests:
             raise self._overloaded(root)
+        if self.loop_lag_s > limits.max_loop_lag_s:
+            self.shed_lag += 1
+            raise self._overloaded(root)
         self.requests += 1
+
+    async def monitor_loop_lag(self, interval_s: float = 0.01) -> None:
+        """Sample the event loop's lag every ``interval_s`` until cancelled (off the request path)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            start = loop.time()
+            await asyncio.sleep(interval_s)
+            self.loop_lag_s = max(0.0, loop.time() - start - interval_s)
 
     def acquire_stream(self, root: PublishedRoot) -> None:
         """Take a stream permit as well, once the request is known to stream."""

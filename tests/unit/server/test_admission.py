@@ -1,0 +1,104 @@
+"""Admission: permit pools and event-loop-lag shedding, with a real compiled root."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tollway.config import load_config
+from tollway.config.root import PublishedRoot, Publisher
+from tollway.exceptions import ConfigError, Overloaded
+from tollway.secrets import SecretResolver
+from tollway.server.runtime import Admission
+
+
+def compile_root(tmp_path: Path, **router: Any) -> PublishedRoot:
+    doc: dict[str, Any] = {
+        "providers": {
+            "p": {
+                "type": "openai",
+                "baseUrl": "http://127.0.0.1:9/v1",
+                "providerAccountId": "acct",
+                "quotaGroupId": "group",
+                "credentials": [{"id": "c", "secretRef": "env:TOLLWAY_TEST_PROVIDER_KEY"}],
+            }
+        },
+        "models": [
+            {
+                "name": "m-v1",
+                "routes": [{"id": "r", "provider": "p", "model": "x", "providerFormat": "openai-chat-completions"}],
+            }
+        ],
+        **router,
+    }
+    path = tmp_path / "llm-router.yml"
+    path.write_text(yaml.safe_dump(doc))
+    env = {"TOLLWAY_TEST_PROVIDER_KEY": "sk-test"}
+    return Publisher(resolver=SecretResolver(env=env)).publish(load_config(path, env=env))
+
+
+def test_loop_lag_above_the_limit_sheds_with_the_configured_status(tmp_path: Path) -> None:
+    root = compile_root(tmp_path, admission={"maxEventLoopLagMs": 20, "overloadStatus": 429})
+    adm = Admission()
+    adm.loop_lag_s = 0.021
+    with pytest.raises(Overloaded) as info:
+        adm.acquire(root)
+    assert info.value.status == 429
+    assert info.value.retry_after == 1
+    assert (adm.requests, adm.shed_lag) == (0, 1)
+    adm.loop_lag_s = 0.019
+    adm.acquire(root)
+    assert adm.requests == 1
+
+
+def test_zero_turns_lag_shedding_off(tmp_path: Path) -> None:
+    root = compile_root(tmp_path, admission={"maxEventLoopLagMs": 0})
+    adm = Admission()
+    adm.loop_lag_s = 30.0
+    adm.acquire(root)
+    assert adm.requests == 1
+
+
+def test_permit_pools_fail_fast_and_release(tmp_path: Path) -> None:
+    root = compile_root(tmp_path, maxConcurrentRequests=2, maxConcurrentStreams=1)
+    adm = Admission()
+    adm.acquire(root)
+    adm.acquire_stream(root)
+    adm.acquire(root)
+    with pytest.raises(Overloaded):
+        adm.acquire_stream(root)
+    with pytest.raises(Overloaded):
+        adm.acquire(root)
+    adm.release(stream=True)
+    adm.release(stream=False)
+    assert (adm.requests, adm.streams, adm.shed_lag) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("value", [-1, 60001])
+def test_out_of_range_lag_limit_is_a_config_error(tmp_path: Path, value: int) -> None:
+    with pytest.raises(ConfigError) as info:
+        compile_root(tmp_path, admission={"maxEventLoopLagMs": value})
+    assert [i.path for i in info.value.issues] == ["admission.maxEventLoopLagMs"]
+
+
+async def test_monitor_measures_a_blocked_loop_and_recovers() -> None:
+    adm = Admission()
+    task = asyncio.ensure_future(adm.monitor_loop_lag(interval_s=0.005))
+    try:
+        await asyncio.sleep(0.02)
+        time.sleep(0.15)  # block the loop, as a CPU-bound burst would
+        await asyncio.sleep(0.001)
+        await asyncio.sleep(0.001)
+        assert adm.loop_lag_s >= 0.1
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+            if adm.loop_lag_s < 0.1:
+                break
+        assert adm.loop_lag_s < 0.1
+    finally:
+        task.cancel()
