@@ -1,0 +1,1 @@
+"""Cloud topology and the embedded local cloud (resource spec, bootstrap, event-source runner)."""
