@@ -29,7 +29,6 @@ PACKAGES: Final = (
     "orjson",
     "pydantic",
     "starlette",
-    "fastapi",
     "pyyaml",
     "aiohttp",
     "granian",

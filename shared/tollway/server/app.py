@@ -1,8 +1,11 @@
 """The HTTP surface: ``GET /v1/models``, ``POST /v1/chat/completions``, health, errors.
 
-Handlers parse, call the runtime, and render. They are plain Starlette endpoints (no FastAPI
-dependency injection on the hot path); ``create_app`` mounts them on a FastAPI application so
-the Lambda entrypoints and server mode share one app.
+Handlers parse, call the runtime, and render. They are plain Starlette endpoints, and
+``create_app`` mounts them on a bare Starlette application, so the Lambda entrypoints and server
+mode share one app. FastAPI is deliberately not used here: it adds two middleware layers to every
+request (every SSE frame passes through their ``send`` wrappers) and about 200 ms of imports to a
+Lambda cold start (``fastapi.openapi.models``), for routing and OpenAPI features this surface does
+not use (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -340,7 +343,7 @@ async def _unhandled(request: Request, exc: Exception) -> Response:
 
 def create_app(config_path: str | Path | None = None, *, watch_interval_s: float | None = 1.0) -> Any:
     """Build the gateway ASGI app for ``config_path`` (default: ``$TOLLWAY_CONFIG``)."""
-    from fastapi import FastAPI
+    from starlette.applications import Starlette
 
     path = Path(config_path or os.environ.get("TOLLWAY_CONFIG", ""))
     if not str(path):
@@ -368,11 +371,7 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
                 t.cancel()
             await runtime.aclose()
 
-    app = FastAPI(
-        title="Tollway",
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
+    app = Starlette(
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error, Exception: _unhandled},
     )
