@@ -306,3 +306,14 @@ def test_streaming_app_runs_as_the_web_adapter_runs_it(config_path: Path) -> Non
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_heavy_modules_stay_off_the_functions_import_path(config_path: Path) -> None:
+    """A cold start pays for every import: no AWS SDK, CDK, emulator or FastAPI on the gateway's path."""
+    code = "import sys, functions.gateway.handler; print(','.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    env = {**os.environ, "TOLLWAY_CONFIG": str(config_path), PROVIDER_KEY_ENV: PROVIDER_SECRET}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = set(done.stdout.strip().split(","))
+    assert {"mangum", "starlette", "tollway"} <= loaded
+    assert not loaded & {"boto3", "botocore", "aws_cdk", "jsii", "moto", "fastapi", "granian", "matplotlib"}
