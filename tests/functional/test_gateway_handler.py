@@ -116,8 +116,12 @@ def handler(config_path: Path) -> Iterator[Any]:
     try:
         module = importlib.import_module("functions.gateway.handler")
         yield module.handler
-        # Lambda simply freezes the environment; a test process closes the pools it opened.
-        asyncio.get_event_loop().run_until_complete(module.app.state.runtime.aclose())
+        # Lambda simply freezes the environment; a test process closes the pools it opened and
+        # the event loop Mangum created with asyncio.get_event_loop().
+        loop = asyncio.get_event_loop()
+        loop.run_until_complete(module.app.state.runtime.aclose())
+        loop.close()
+        asyncio.set_event_loop(None)
     finally:
         for k, v in saved.items():
             if v is None:
