@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TS_DIR := tests/e2e/ts
 
-.PHONY: up test install lint typecheck pytest bench bench-guard clean
+.PHONY: up test install lint typecheck pytest bench bench-guard layers clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required"'
@@ -46,6 +46,10 @@ bench: $(STAMP)
 bench-guard: $(STAMP)
 	$(BIN)/python -m bench.run $(PROFILE) --out bench/results/guard-$(PROFILE) $(ARGS)
 	$(BIN)/python -m bench.compare bench/results/guard-$(PROFILE) --baseline bench/baselines/$(PROFILE).json
+
+# Lambda layers (deps + core zips, reproducible): make layers [ARGS="--only core"]
+layers: $(STAMP)
+	$(BIN)/python -m layers.build $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(TS_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache
