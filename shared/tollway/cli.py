@@ -6,16 +6,19 @@ import argparse
 import logging
 import multiprocessing
 import os
+import re
 import secrets
+import select
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 __all__ = ["main"]
 
@@ -145,22 +148,97 @@ def _start_mock(host: str) -> tuple[subprocess.Popen[str], str]:
     return proc, line[len(prefix) :]
 
 
+_CLOUD_READY: Final = re.compile(r"Tollway local cloud is up on (\S+?),")
+_CLOUD_START_TIMEOUT_S: Final = 60.0
+
+
+def _start_cloud(port: int, prefix: str) -> tuple[subprocess.Popen[str], str]:
+    """Start ``python -m tollway.cloud up`` (moto server, bootstrap, event-source runner).
+
+    The provider secrets are seeded with the mock provider key, by the name of the environment
+    variable that holds it (never the value on a command line). Returns once the cloud is ready.
+    """
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tollway.cloud",
+            "up",
+            "--prefix",
+            prefix,
+            "--port",
+            str(port),
+            "--secret",
+            "openai=TOLLWAY_MOCK_PROVIDER_KEY",
+            "--secret",
+            "anthropic=TOLLWAY_MOCK_PROVIDER_KEY",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + _CLOUD_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        line = proc.stdout.readline()
+        if not line:
+            proc.wait(10)
+            raise SystemExit(f"the local cloud failed to start (exit {proc.returncode}); see the messages above")
+        if m := _CLOUD_READY.search(line):
+            # Nothing more is printed until shutdown; drain it off the main thread so a late
+            # message can never block the child on a full pipe.
+            threading.Thread(target=proc.stdout.read, daemon=True, name="cloud-stdout").start()
+            return proc, m.group(1)
+    _stop_child(proc)
+    raise SystemExit(f"the local cloud did not become ready within {_CLOUD_START_TIMEOUT_S:.0f} s")
+
+
+def _stop_child(proc: subprocess.Popen[str], timeout_s: float = 10.0) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout_s)
+
+
 def up(args: argparse.Namespace) -> None:
-    """Start the embedded default: bundled mock providers plus the gateway on the example config."""
+    """Start the embedded default: mock providers, the local cloud, and the gateway on the example config.
+
+    ``--no-cloud`` keeps the pure in-process mode (mock providers and gateway only).
+    """
     config = args.config or str(resources.files("tollway") / "examples" / "llm-router.yml")
-    mock, mock_url = _start_mock("127.0.0.1")
+    children: list[subprocess.Popen[str]] = []
 
     def on_term(signum: int, frame: object) -> None:
         raise SystemExit(0)
 
     # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into SystemExit lets the
-    # finally below stop the mock instead of orphaning it.
+    # finally below stop the children instead of orphaning them.
     signal.signal(signal.SIGTERM, on_term)
     demo_key = os.environ.get("TOLLWAY_DEMO_KEY") or "tw-demo-" + secrets.token_urlsafe(24)
     os.environ["TOLLWAY_DEMO_KEY"] = demo_key
-    os.environ.setdefault("TOLLWAY_MOCK_URL", mock_url)
     os.environ.setdefault("TOLLWAY_MOCK_PROVIDER_KEY", "mock-" + secrets.token_urlsafe(16))
     try:
+        mock, mock_url = _start_mock("127.0.0.1")
+        children.append(mock)
+        os.environ.setdefault("TOLLWAY_MOCK_URL", mock_url)
+        cloud_line = "  cloud    : off (--no-cloud)"
+        if not args.no_cloud:
+            cloud, endpoint = _start_cloud(args.cloud_port, args.stage)
+            children.append(cloud)
+            # The gateway (and what later issues add to it) talks to the local cloud, never to AWS.
+            os.environ["AWS_ENDPOINT_URL"] = endpoint
+            # Dummy credentials, as tollway.cloud.local gives its children, overriding any real
+            # ones: real credentials are never sent to an emulator. (tollway.cloud is not imported
+            # here: it is not shipped in the Lambda core layer, and this module is.)
+            os.environ.update({"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"})
+            os.environ.pop("AWS_SESSION_TOKEN", None)
+            os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+            cloud_line = f"  cloud    : {endpoint} (stage {args.stage}; queues, tables, buckets, event-source runner)"
         _configure_logging(args.log_level, not args.no_access_log)
         _check_config(config)
         sock = bind_socket(args.host, args.port)
@@ -171,6 +249,7 @@ def up(args: argparse.Namespace) -> None:
                     "Tollway is running on its embedded default (bundled mock providers).",
                     f"  base URL : {base}",
                     f"  demo key : {demo_key}",
+                    cloud_line,
                     "  models   : chat-fast-v1 (OpenAI-format mock), chat-claude-v1 (Anthropic-format mock)",
                     "",
                     "  from openai import OpenAI",
@@ -185,11 +264,8 @@ def up(args: argparse.Namespace) -> None:
         )
         run_server(sock, config, args.workers, args.log_level, not args.no_access_log)
     finally:
-        mock.terminate()
-        try:
-            mock.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            mock.kill()
+        for child in reversed(children):
+            _stop_child(child)
 
 
 def config_validate(path: str) -> int:
@@ -219,6 +295,11 @@ def _parser() -> argparse.ArgumentParser:
     common(p_up, 8080)
     p_up.add_argument("--config", help="use this llm-router.yml instead of the bundled example")
     p_up.add_argument("--no-access-log", action="store_true")
+    p_up.add_argument("--no-cloud", action="store_true", help="no local cloud: mock providers and gateway only")
+    p_up.add_argument(
+        "--cloud-port", type=int, default=4566, help="moto server port (default 4566; 0 picks a free port)"
+    )
+    p_up.add_argument("--stage", default="tollway", help="resource name prefix in the local cloud")
 
     p_serve = sub.add_parser("serve", help="run the gateway on a config file")
     common(p_serve, 8080)

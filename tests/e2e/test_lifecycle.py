@@ -31,11 +31,48 @@ def _wait_for(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-unty
     return False
 
 
+def _banner(proc: subprocess.Popen[str]) -> dict[str, str]:
+    """Read ``tollway up``'s banner lines (``  name : value``) up to the Ctrl-C hint."""
+    assert proc.stdout is not None
+    lines: dict[str, str] = {}
+    for _ in range(40):
+        line = proc.stdout.readline()
+        if not line or line.startswith("Press Ctrl-C"):
+            break
+        name, sep, value = line.partition(" : ")
+        if sep and name.startswith("  "):
+            lines[name.strip()] = value.strip()
+    return lines
+
+
+def _stop_up(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+def _sdk_round_trip(base: str, key: str) -> None:
+    wait_healthy(base.removesuffix("/v1") + "/healthz")
+    with openai.OpenAI(base_url=base, api_key=key, max_retries=0) as sdk:
+        for model in ("chat-fast-v1", "chat-claude-v1"):
+            resp = sdk.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+            assert resp.choices[0].message.content
+        chunks = list(
+            sdk.chat.completions.create(model="chat-fast-v1", messages=[{"role": "user", "content": "hi"}], stream=True)
+        )
+        assert any(c.choices and c.choices[0].delta.content for c in chunks)
+
+
 def test_up_prints_base_url_and_demo_key_that_work(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TOLLWAY_DEMO_KEY"}
     log = (tmp_path / "up.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tollway.cli", "up", "--port", "0"],
+        [sys.executable, "-m", "tollway.cli", "up", "--port", "0", "--no-cloud"],
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
@@ -43,40 +80,57 @@ def test_up_prints_base_url_and_demo_key_that_work(tmp_path: Path) -> None:
         cwd=ROOT,
     )
     try:
-        assert proc.stdout is not None
-        lines: dict[str, str] = {}
-        for _ in range(20):
-            line = proc.stdout.readline()
-            if ":" in line and line.strip().startswith(("base URL", "demo key")):
-                name, _, value = line.partition(":")
-                lines[name.strip()] = value.strip()
-            if len(lines) == 2:
-                break
+        lines = _banner(proc)
         base, key = lines["base URL"], lines["demo key"]
         assert base.startswith("http://127.0.0.1:") and base.endswith("/v1")
         assert key.startswith("tw-demo-") and len(key) > 20
-        wait_healthy(base.removesuffix("/v1") + "/healthz")
-        with openai.OpenAI(base_url=base, api_key=key, max_retries=0) as sdk:
-            for model in ("chat-fast-v1", "chat-claude-v1"):
-                resp = sdk.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
-                assert resp.choices[0].message.content
-            chunks = list(
-                sdk.chat.completions.create(
-                    model="chat-fast-v1", messages=[{"role": "user", "content": "hi"}], stream=True
-                )
-            )
-            assert any(c.choices and c.choices[0].delta.content for c in chunks)
+        assert lines["cloud"].startswith("off")
+        _sdk_round_trip(base, key)
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
+        _stop_up(proc)
         log.close()
     assert proc.returncode == 0, (tmp_path / "up.log").read_text()
+
+
+def test_up_brings_up_the_local_cloud_and_stops_all_of_it(tmp_path: Path) -> None:
+    """One command: mock providers, moto server with every resource bootstrapped, runner, gateway."""
+    import boto3
+
+    from tollway.cloud.resources import topology
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "TOLLWAY_DEMO_KEY"}
+    log = (tmp_path / "up.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tollway.cli", "up", "--port", "0", "--cloud-port", "0", "--stage", "e2e"],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        env=env,
+        cwd=tmp_path,  # moto's log goes to ./.tollway, kept out of the checkout
+    )
+    try:
+        lines = _banner(proc)
+        endpoint = lines["cloud"].split()[0]
+        assert endpoint.startswith("http://127.0.0.1:"), lines
+        _sdk_round_trip(lines["base URL"], lines["demo key"])
+        session = boto3.session.Session(aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1")
+        sqs = session.client("sqs", endpoint_url=endpoint)
+        dynamodb = session.client("dynamodb", endpoint_url=endpoint)
+        secrets_manager = session.client("secretsmanager", endpoint_url=endpoint)
+        queues = {url.rsplit("/", 1)[1] for url in sqs.list_queues().get("QueueUrls", [])}
+        topo = topology("e2e")
+        for q in topo.queues:
+            assert {q.name, q.dlq_name} <= queues
+        assert {t.name for t in topo.tables} <= set(dynamodb.list_tables()["TableNames"])
+        # the provider secrets hold the mock provider key, which up generated and never printed
+        value = secrets_manager.get_secret_value(SecretId=topo.secret("openai").name)["SecretString"]
+        assert value.startswith("mock-") and value not in (tmp_path / "up.log").read_text()
+    finally:
+        _stop_up(proc)
+        log.close()
+    assert proc.returncode == 0, (tmp_path / "up.log").read_text()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(endpoint, timeout=2)  # moto server stopped with everything else
 
 
 def test_config_validate_reports_each_error_with_its_path(tmp_path: Path) -> None:
