@@ -1,0 +1,260 @@
+"""Audit events: the metadata-only record of one logical request and its physical attempts.
+
+Four kinds, appended in this order for a request (a stream yields one summarized attempt, never a
+record per chunk)::
+
+    request_admitted  → (attempt_started → attempt_finished)+ → request_finished
+
+A crash can leave an ``attempt_started`` without its ``attempt_finished``; the store reports that
+attempt as incomplete. Every event is one UTF-8 JSON object, the WAL record payload and the unit
+the sink writes idempotently by ``eventId``::
+
+    {"schemaVersion": 1, "eventId": "<uuidv7>", "kind": "attempt_started",
+     "requestId": "<x-request-id>", "attempt": 1 | null, "ts": <epoch ms>,
+     "rootDigest": "<published root sha256>", "body": {...}}
+
+Bodies carry metadata only: identities as references, routing ids, timings, outcome, usage with
+its evidence, and the content mode. They never carry a prompt, completion, tool argument,
+provider error body, credential or PII: the builders below take typed metadata, never a request
+or response object, so content cannot reach an event by accident.
+
+Schema evolution is additive within ``schemaVersion``; readers skip unknown kinds and ignore
+unknown body fields.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import orjson
+
+__all__ = [
+    "EVENT_KINDS",
+    "SCHEMA_VERSION",
+    "AuditEvent",
+    "EventKind",
+    "attempt_finished",
+    "attempt_started",
+    "decode_event",
+    "request_admitted",
+    "request_finished",
+    "uuid7",
+]
+
+SCHEMA_VERSION: Final = 1
+EventKind = Literal["request_admitted", "attempt_started", "attempt_finished", "request_finished"]
+EVENT_KINDS: Final[tuple[EventKind, ...]] = (
+    "request_admitted",
+    "attempt_started",
+    "attempt_finished",
+    "request_finished",
+)
+ContentMode = Literal["metadata-only", "disabled"]
+UsageEvidenceName = Literal["provider-reported", "local-estimate", "unknown"]
+
+
+def uuid7(now_ms: int | None = None) -> str:
+    """A UUIDv7 (RFC 9562): 48-bit Unix milliseconds, then 74 random bits; sorts by time."""
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64 | 0b10 << 62
+    value |= rand & 0x3FFF_FFFF_FFFF_FFFF
+    return str(uuid.UUID(int=value))
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One decoded event. ``body`` is the kind's metadata (see the builders)."""
+
+    event_id: str
+    kind: str
+    request_id: str
+    attempt: int | None
+    ts_ms: int
+    root_digest: str
+    body: Mapping[str, Any]
+    schema_version: int = SCHEMA_VERSION
+
+    def encode(self) -> bytes:
+        return orjson.dumps(
+            {
+                "schemaVersion": self.schema_version,
+                "eventId": self.event_id,
+                "kind": self.kind,
+                "requestId": self.request_id,
+                "attempt": self.attempt,
+                "ts": self.ts_ms,
+                "rootDigest": self.root_digest,
+                "body": self.body,
+            }
+        )
+
+
+def decode_event(payload: bytes) -> AuditEvent:
+    """Parse one event; raises ``ValueError`` on a payload that is not a schema-1 event object.
+
+    An unknown ``kind`` decodes fine (readers decide to skip it); a missing envelope field does not.
+    """
+    try:
+        raw = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"audit event is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ValueError("audit event is not a JSON object")
+    try:
+        version, event_id, kind = raw["schemaVersion"], raw["eventId"], raw["kind"]
+        request_id, attempt, ts, digest, body = (
+            raw["requestId"],
+            raw.get("attempt"),
+            raw["ts"],
+            raw["rootDigest"],
+            raw["body"],
+        )
+    except KeyError as exc:
+        raise ValueError(f"audit event lacks {exc.args[0]!r}") from None
+    if version != SCHEMA_VERSION:
+        raise ValueError(f"audit event schemaVersion {version!r} is not supported")
+    if not (isinstance(event_id, str) and isinstance(kind, str) and isinstance(request_id, str)):
+        raise ValueError("audit event ids and kind must be strings")
+    if attempt is not None and not isinstance(attempt, int):
+        raise ValueError("audit event attempt must be an integer or null")
+    if not isinstance(ts, int) or not isinstance(digest, str) or not isinstance(body, dict):
+        raise ValueError("audit event ts, rootDigest or body has the wrong type")
+    return AuditEvent(event_id, kind, request_id, attempt, ts, digest, body, version)
+
+
+def _event(kind: EventKind, request_id: str, attempt: int | None, root_digest: str, body: dict[str, Any]) -> AuditEvent:
+    now = int(time.time() * 1000)
+    return AuditEvent(uuid7(now), kind, request_id, attempt, now, root_digest, body)
+
+
+def request_admitted(
+    *,
+    request_id: str,
+    root_digest: str,
+    principal_id: str,
+    tenant: str,
+    team: str | None,
+    key_id: str,
+    alias: str,
+    stream: bool,
+    content_mode: ContentMode,
+    max_attempts: int,
+) -> AuditEvent:
+    return _event(
+        "request_admitted",
+        request_id,
+        None,
+        root_digest,
+        {
+            "principalId": principal_id,
+            "tenantId": tenant,
+            "teamId": team,
+            "keyId": key_id,
+            "alias": alias,
+            "operation": "chat.completions",
+            "stream": stream,
+            "contentMode": content_mode,
+            "maxAttempts": max_attempts,
+        },
+    )
+
+
+def attempt_started(
+    *,
+    request_id: str,
+    root_digest: str,
+    attempt: int,
+    route_id: str,
+    deployment_id: str,
+    provider_format: str,
+    physical_model: str,
+    reason: Literal["first", "retry", "fallback"],
+) -> AuditEvent:
+    """``reason``: ``retry`` re-tries a deployment already tried; ``fallback`` moves to another."""
+    return _event(
+        "attempt_started",
+        request_id,
+        attempt,
+        root_digest,
+        {
+            "routeId": route_id,
+            "deploymentId": deployment_id,
+            "providerFormat": provider_format,
+            "physicalModel": physical_model,
+            "reason": reason,
+        },
+    )
+
+
+def attempt_finished(
+    *,
+    request_id: str,
+    root_digest: str,
+    attempt: int,
+    route_id: str,
+    deployment_id: str,
+    outcome: str,
+    error_category: str | None,
+    upstream_status: int | None,
+    first_token_ms: float | None,
+    total_ms: float,
+) -> AuditEvent:
+    """``outcome``: ok, error, cancelled or midstream_error (``AttemptRecord.outcome``)."""
+    return _event(
+        "attempt_finished",
+        request_id,
+        attempt,
+        root_digest,
+        {
+            "routeId": route_id,
+            "deploymentId": deployment_id,
+            "outcome": outcome,
+            "errorCategory": error_category,
+            "upstreamStatus": upstream_status,
+            "firstTokenMs": None if first_token_ms is None else round(first_token_ms, 3),
+            "totalMs": round(total_ms, 3),
+            "cancelled": outcome == "cancelled",
+        },
+    )
+
+
+def request_finished(
+    *,
+    request_id: str,
+    root_digest: str,
+    status: int,
+    outcome: str,
+    error_code: str | None,
+    attempts: int,
+    admission_ms: float,
+    total_ms: float,
+    usage: Mapping[str, int] | None,
+    usage_evidence: UsageEvidenceName,
+    cancellation: str | None,
+) -> AuditEvent:
+    """``usage``: prompt/completion/total (and cached/reasoning) tokens; cost comes with pricing."""
+    return _event(
+        "request_finished",
+        request_id,
+        None,
+        root_digest,
+        {
+            "status": status,
+            "outcome": outcome,
+            "errorCode": error_code,
+            "attempts": attempts,
+            "admissionMs": round(admission_ms, 3),
+            "totalMs": round(total_ms, 3),
+            "usage": dict(usage) if usage is not None else None,
+            "usageEvidence": usage_evidence,
+            "cost": None,
+            "pricingVersion": None,
+            "cancellation": cancellation,
+        },
+    )
