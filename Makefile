@@ -6,6 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TS_DIR := tests/e2e/ts
+INFRA_DIR := infra
 
 .PHONY: up test install lint typecheck pytest bench bench-guard layers clean
 
@@ -21,6 +22,10 @@ $(TS_DIR)/node_modules/.installed: $(TS_DIR)/package-lock.json
 	cd $(TS_DIR) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+$(INFRA_DIR)/node_modules/.installed: $(INFRA_DIR)/package-lock.json
+	cd $(INFRA_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 up: $(STAMP)
 	$(BIN)/tollway up $(ARGS)
 
@@ -32,7 +37,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) $(TS_DIR)/node_modules/.installed
+pytest: $(STAMP) $(TS_DIR)/node_modules/.installed $(INFRA_DIR)/node_modules/.installed
 	$(BIN)/pytest --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
 
 test: lint typecheck pytest
@@ -52,4 +57,4 @@ layers: $(STAMP)
 	$(BIN)/python -m layers.build $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(TS_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TS_DIR)/node_modules $(INFRA_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache

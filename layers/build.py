@@ -52,13 +52,14 @@ from layers.archive import (
     write_zip,
     zip_date_time,
 )
+from layers.extension import EXTENSION_NAME, layer_files
 
 __all__ = ["LAYERS", "build", "core_files", "main", "project_requirements", "read_lock"]
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 DEFAULT_OUT: Final = ROOT / "layers" / "dist"
 DEFAULT_CACHE: Final = ROOT / "layers" / ".cache"
-LAYERS: Final = ("deps", "core")
+LAYERS: Final = ("deps", "core", "extension")
 
 TARGET: Final = {"platform": "manylinux2014_x86_64", "implementation": "cp", "python-version": "3.11"}
 """Lambda's python3.11 runtime: CPython 3.11 on Amazon Linux 2 (glibc 2.26), x86_64."""
@@ -257,9 +258,12 @@ def build(
             if name == "deps":
                 site, extra = _build_deps(work, cache)
                 files = _tree(site, "python")
-            else:
+            elif name == "core":
                 files = core_files(ROOT / "shared" / "tollway")
                 extra = {"packages": {"tollway": _project_version(ROOT / "pyproject.toml")}}
+            else:  # the WAL-shipper extension: its launcher and module; tollway comes from the core layer
+                files = layer_files()
+                extra = {"packages": {EXTENSION_NAME: _project_version(ROOT / "pyproject.toml")}}
             layer = write_zip(name, files, work / f"{name}.zip", date_time)
             hits = find_machine_paths(layer.path, needles)
             if hits:

@@ -41,10 +41,12 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker(sock: socket.socket, config_path: str, log_level: str, access_log: bool) -> None:
+def _worker(sock: socket.socket, config_path: str, log_level: str, access_log: bool, index: int = 0) -> None:
     # Until the app installs its reload handler, a SIGHUP must not kill a starting worker;
     # the worker reads the newest file at start anyway.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # A respawned worker keeps its index, so it reopens (and recovers) the same audit WAL.
+    os.environ["TOLLWAY_WORKER_INDEX"] = str(index)
     import uvicorn
 
     from tollway.server.app import create_app
@@ -70,8 +72,8 @@ def _supervise(sock: socket.socket, config_path: str, workers: int, log_level: s
     procs: list[Any] = []
     stopping = False
 
-    def spawn() -> Any:
-        proc = ctx.Process(target=_worker, args=(sock, config_path, log_level, access_log), daemon=False)
+    def spawn(index: int) -> Any:
+        proc = ctx.Process(target=_worker, args=(sock, config_path, log_level, access_log, index), daemon=False)
         proc.start()
         return proc
 
@@ -87,13 +89,13 @@ def _supervise(sock: socket.socket, config_path: str, workers: int, log_level: s
     signal.signal(signal.SIGHUP, on_hup)
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGTERM, on_stop)
-    procs.extend(spawn() for _ in range(workers))
+    procs.extend(spawn(i) for i in range(workers))
     while not stopping:
         time.sleep(0.2)
         for i, p in enumerate(procs):
             if not p.is_alive() and not stopping:
                 log.error("worker %s exited with %s; restarting", p.pid, p.exitcode)
-                procs[i] = spawn()
+                procs[i] = spawn(i)
     for p in procs:
         if p.is_alive():
             p.terminate()
@@ -306,6 +308,11 @@ def _parser() -> argparse.ArgumentParser:
     p_serve.add_argument("--config", required=True)
     p_serve.add_argument("--access-log", action="store_true")
 
+    p_audit = sub.add_parser(
+        "audit", help="read the audit store: audit show REQUEST_ID | audit list --since 1h", add_help=False
+    )
+    p_audit.add_argument("rest", nargs=argparse.REMAINDER)
+
     p_cfg = sub.add_parser("config", help="configuration tools")
     cfg_sub = p_cfg.add_subparsers(dest="config_command", required=True)
     p_val = cfg_sub.add_parser("validate", help="validate an llm-router.yml and print every error with its path")
@@ -314,6 +321,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["audit"]:
+        # Everything after ``audit`` (including --help) belongs to the audit reader's own parser.
+        from tollway.audit.cli import main as audit_main
+
+        return audit_main(argv[1:])
     args = _parser().parse_args(argv)
     if getattr(args, "workers", 1) < 1:
         print("--workers must be at least 1", file=sys.stderr)
@@ -327,6 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "config":
         return config_validate(args.file)
+
     return 0
 
 

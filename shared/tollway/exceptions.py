@@ -26,8 +26,10 @@ translated into a client-facing ``GatewayError`` only at the end of the attempt 
     │   ├── ProviderFailed               502 provider_error
     │   ├── ModelUnavailable             503 model_unavailable
     │   ├── Overloaded                   503 overloaded
+    │   ├── AuditUnavailable             503 audit_unavailable
     │   └── DeadlineExceeded             504 deadline_exceeded
-    └── UpstreamError                    one attempt failed; typed by UpstreamCategory
+    ├── UpstreamError                    one attempt failed; typed by UpstreamCategory
+    └── SinkUnavailable                  the audit shipper's queue or topic refused a batch (tollway.audit.sinks)
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import enum
 from dataclasses import dataclass
 
 __all__ = [
+    "AuditUnavailable",
     "AuthenticationFailed",
     "BudgetExceeded",
     "ConfigError",
@@ -184,6 +187,19 @@ class Overloaded(GatewayError):
     code = "overloaded"
     type = "server_error"
     default_message = "The gateway is overloaded. Retry later."
+
+
+class AuditUnavailable(GatewayError):
+    """The audit trail cannot take the request's events, so the request fails before dispatch.
+
+    Raised when the WAL is full, its writer is dead, a volume is read-only or full, or a
+    local-durable commit times out. Nothing was sent to a provider.
+    """
+
+    status = 503
+    code = "audit_unavailable"
+    type = "server_error"
+    default_message = "The gateway cannot record this request right now. Retry later."
 
 
 class DeadlineExceeded(GatewayError):

@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Literal, Protocol, TypeVar
 
 from tollway.canonical import (
     SEMANTIC_EVENTS,
@@ -63,6 +63,16 @@ class AttemptRecord:
     first_event_s: float | None = None
 
 
+class AttemptAudit(Protocol):
+    """What the attempt loop tells the audit trail (``tollway.audit.recorder.AuditRecorder``)."""
+
+    async def attempt_started(
+        self, ctx: RequestContext, number: int, target: RouteTarget, reason: Literal["first", "retry", "fallback"]
+    ) -> None: ...
+
+    def attempt_finished(self, ctx: RequestContext, record: AttemptRecord) -> None: ...
+
+
 @dataclass(slots=True)
 class RequestContext:
     request_id: str
@@ -76,6 +86,8 @@ class RequestContext:
     attempts: list[AttemptRecord] = field(default_factory=list)
     usage: Usage | None = None
     rng: random.Random = field(default_factory=random.Random)
+    audit: AttemptAudit | None = None
+    """Set when the audit trail is on: told of each attempt before dispatch and when it settles."""
 
 
 class CommittedStream:
@@ -138,6 +150,8 @@ class CommittedStream:
                 completion_tokens=estimate_tokens(self.output_chars),
                 evidence=UsageEvidence.LOCAL_ESTIMATE,
             )
+        if self._ctx.audit is not None:
+            self._ctx.audit.attempt_finished(self._ctx, attempt)
         await self._stack.aclose()
 
 
@@ -224,6 +238,7 @@ class Gateway:
                     if delay > 0:
                         await self._sleep(delay)
                 n += 1
+                await self._audit_start(ctx, n, target, target.deployment.id in failed_at)
                 record = AttemptRecord(n, target.route_id, target.deployment.id, time.monotonic())
                 ctx.attempts.append(record)
                 target.health.on_start()
@@ -232,28 +247,49 @@ class Gateway:
                         result = await attempt(target, record)
                 except UpstreamError as upstream_error:
                     self._fail(target, record, upstream_error)
+                    self._settled(ctx, record)
                     last_error = upstream_error
                 except TimeoutError:
                     timeout = UpstreamError(UpstreamCategory.TIMEOUT, detail="request deadline")
                     self._fail(target, record, timeout)
+                    self._settled(ctx, record)
                     raise timeout.to_gateway_error() from None
                 except GatewayError:
                     record.outcome, record.ended = "error", time.monotonic()
                     target.health.on_abandon()
+                    self._settled(ctx, record)
                     raise
                 except BaseException:
                     record.outcome, record.ended = "cancelled", time.monotonic()
                     target.health.on_abandon()
+                    self._settled(ctx, record)
                     raise
                 else:
                     if not commits:
                         record.outcome, record.ended = "ok", time.monotonic()
                         target.health.on_success(record.ended - record.started)
+                        self._settled(ctx, record)
                     return result
                 if not self._retryable(last_error, plan):
                     raise last_error.to_gateway_error()
                 failed_at[target.deployment.id] = last_error.retry_after
         raise self._final(last_error)
+
+    @staticmethod
+    async def _audit_start(ctx: RequestContext, n: int, target: RouteTarget, tried_before: bool) -> None:
+        """Before dispatch: under local-durable this waits for the durable watermark, and an
+        audit failure here fails the request with nothing sent upstream."""
+        if ctx.audit is not None:
+            reason: Literal["first", "retry", "fallback"] = (
+                "first" if n == 1 else ("retry" if tried_before else "fallback")
+            )
+            await ctx.audit.attempt_started(ctx, n, target, reason)
+
+    @staticmethod
+    def _settled(ctx: RequestContext, record: AttemptRecord) -> None:
+        """A committed stream settles later, in ``CommittedStream.aclose``; everything else here."""
+        if ctx.audit is not None:
+            ctx.audit.attempt_finished(ctx, record)
 
     @staticmethod
     def _retryable(err: UpstreamError, plan: AliasPlan) -> bool:

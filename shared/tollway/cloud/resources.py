@@ -232,7 +232,18 @@ def topology(prefix: str = DEFAULT_PREFIX) -> Topology:
             SecretSpec("openai", f"{p}/providers/openai", "API key for OpenAI-format provider deployments"),
             SecretSpec("anthropic", f"{p}/providers/anthropic", "API key for Anthropic-format provider deployments"),
         ),
-        functions=(),
+        functions=(
+            FunctionSpec(
+                key="audit-writer",
+                name=f"{p}-audit-writer",
+                handler="functions.audit_writer.handler.handler",
+                source_dir="functions/audit_writer",
+                # The audit queue's 120 s visibility timeout is 6x this, as AWS advises for SQS triggers.
+                timeout_s=20,
+                triggers=(QueueTrigger("audit", batch_size=10, max_batching_window_s=1),),
+                grants=(Grant("queue", "audit", "consume"), Grant("table", "audit", "read-write")),
+            ),
+        ),
         gateway=FunctionSpec(
             key="gateway",
             name=f"{p}-gateway",

@@ -129,6 +129,42 @@ class PrincipalConfig(_Model):
     keys: list[KeyConfig] = Field(default_factory=list)
 
 
+class AuditSpoolConfig(_Model):
+    """The write-ahead log every audit event passes through (one directory per worker process)."""
+
+    path: str = ".tollway/audit-wal"
+    persistenceClass: Literal["ephemeral", "persistent"] = "ephemeral"
+    """``persistent`` declares a volume that survives process restart (a disk, EFS); local-durable needs it."""
+    maxBytes: int = 1024 * 1024 * 1024
+    segmentBytes: int = 64 * 1024 * 1024
+    maxRecordBytes: int = 64 * 1024
+    maxBatchRecords: int = 256
+    maxBatchBytes: int = 1024 * 1024
+    maxCommitDelayMs: int = 1
+    commitTimeoutMs: int = 10000
+
+
+class AuditSinkConfig(_Model):
+    """Where the shipper sends WAL records: an SQS queue (default) or a Kafka topic."""
+
+    type: Literal["none", "sqs", "kafka"] = "none"
+    queueName: str = ""
+    """SQS queue name; empty uses ``$TOLLWAY_QUEUE_AUDIT`` (set by the CDK app and ``tollway up``)."""
+    bootstrapServers: str = ""
+    topic: str = "tollway-audit-events"
+    batchSize: int = 256
+
+
+class AuditConfig(_Model):
+    """The metadata-only audit trail (docs/audit.md). ``sink.type: none`` turns it off."""
+
+    durability: Literal["bounded-async", "local-durable"] = "bounded-async"
+    contentMode: Literal["metadata-only", "disabled"] = "metadata-only"
+    terminalCommitBeforeResponse: bool = True
+    spool: AuditSpoolConfig = Field(default_factory=AuditSpoolConfig)
+    sink: AuditSinkConfig = Field(default_factory=AuditSinkConfig)
+
+
 class RouterConfig(_Model):
     enabled: bool = True
     pathPrefix: str = "/v1"
@@ -146,3 +182,4 @@ class RouterConfig(_Model):
     models: list[ModelConfig] = Field(default_factory=list)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     principals: list[PrincipalConfig] = Field(default_factory=list)
+    audit: AuditConfig = Field(default_factory=AuditConfig)

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from tollway.config.schema import (
     AdmissionConfig,
+    AuditConfig,
     ModelConfig,
     PrincipalConfig,
     ProviderConfig,
@@ -104,6 +105,7 @@ def validate(cfg: RouterConfig) -> list[ConfigIssue]:
         _check_provider(yaml_path("providers", name), provider, cfg.requestTimeoutMs, issues)
     _check_models(cfg, issues)
     _check_principals(cfg, issues)
+    _check_audit(cfg.audit, issues)
     return issues.items
 
 
@@ -433,3 +435,35 @@ def _check_keys(
             problem = _secret_ref_problem(key.secretRef)
             if problem:
                 issues.add(f"{kpath}.secretRef", problem)
+
+
+def _check_audit(audit: AuditConfig, issues: _Issues) -> None:
+    spool, sink = audit.spool, audit.sink
+    if not spool.path.strip():
+        issues.add("audit.spool.path", "must name a directory")
+    for key in ("maxBytes", "segmentBytes", "maxRecordBytes", "maxBatchRecords", "maxBatchBytes", "commitTimeoutMs"):
+        issues.positive(f"audit.spool.{key}", getattr(spool, key), "the WAL must be bounded")
+    if spool.maxCommitDelayMs < 0:
+        issues.add("audit.spool.maxCommitDelayMs", "must not be negative")
+    if spool.maxRecordBytes > spool.segmentBytes // 2:
+        issues.add("audit.spool.maxRecordBytes", f"must be at most half of segmentBytes ({spool.segmentBytes})")
+    if spool.maxBytes < 2 * spool.segmentBytes:
+        issues.add(
+            "audit.spool.maxBytes",
+            f"must be at least twice segmentBytes ({spool.segmentBytes}): the newest segment is never deleted",
+        )
+    if spool.maxBatchBytes < spool.maxRecordBytes:
+        issues.add(
+            "audit.spool.maxBatchBytes", f"must hold at least one record of maxRecordBytes ({spool.maxRecordBytes})"
+        )
+    if audit.durability == "local-durable" and spool.persistenceClass != "persistent":
+        issues.add(
+            "audit.spool.persistenceClass",
+            "local-durable needs a persistent volume: declare persistenceClass: persistent for a directory"
+            " that survives process restart (an ephemeral one cannot keep the durability promise)",
+        )
+    if sink.type == "kafka" and not sink.bootstrapServers.strip():
+        issues.add("audit.sink.bootstrapServers", "is required when sink.type is kafka")
+    if sink.type == "kafka" and not sink.topic.strip():
+        issues.add("audit.sink.topic", "is required when sink.type is kafka")
+    issues.positive("audit.sink.batchSize", sink.batchSize)

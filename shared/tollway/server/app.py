@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tollway.api.chat_request import parse_body, to_canonical
 from tollway.api.chat_response import ChunkRenderer, render_completion
 from tollway.api.errors import error_body, error_headers
+from tollway.audit.pipeline import AuditPipeline
 from tollway.canonical import StreamFinish, TextDelta, ToolCallDelta, Usage, UsageEvidence, estimate_tokens
 from tollway.exceptions import (
     DeadlineExceeded,
@@ -185,10 +186,12 @@ async def chat_completions(request: Request) -> Response:
     runtime = _runtime(request)
     root = runtime.holder.root
     rid: str = request.scope["state"]["request_id"]
+    audit = runtime.audit.recorder if runtime.audit is not None else None
     principal: Principal | None = None
     ctx: RequestContext | None = None
     stream = False
     admitted = False
+    admitted_at = 0.0
     try:
         principal = authenticate(request.headers.get("authorization"), root.keys)
         _check_content_type(request)
@@ -212,7 +215,11 @@ async def chat_completions(request: Request) -> Response:
             plan=plan,
             deadline=loop.time() + root.limits.request_timeout_s,
             session_id=session_id[:128] if session_id else None,
+            audit=audit,
         )
+        if audit is not None:
+            audit.admitted(ctx, stream=stream)  # before any provider work: a full or dead WAL is a 503 here
+            admitted_at = time.monotonic()
         created = int(time.time())
         response_id = "chatcmpl-" + rid[4:]
         if stream:
@@ -220,7 +227,7 @@ async def chat_completions(request: Request) -> Response:
                 committed = await runtime.gateway.open_stream(ctx, creq)
             renderer = ChunkRenderer(response_id, created, plan.name, creq.include_usage)
             admitted = False  # the stream session releases from here on
-            session = _StreamSession(runtime, ctx, committed, renderer, creq.include_usage)
+            session = _StreamSession(runtime, ctx, committed, renderer, creq.include_usage, admitted_at)
             return SseResponse(
                 session.frames(),
                 on_close=session.close,
@@ -233,12 +240,20 @@ async def chat_completions(request: Request) -> Response:
             result = await runtime.gateway.complete(ctx, creq)
         body = render_completion(response_id, created, plan.name, result)
         _log_access(ctx, principal, 200, False, rid)
+        if audit is not None:
+            await audit.request_finished(ctx, status=200, error_code=None, stream=False, admitted_at=admitted_at)
         return Response(body, media_type=_JSON)
     except GatewayError as err:
         _log_access(ctx, principal, err.status, stream, rid)
+        if audit is not None and ctx is not None and admitted_at:
+            await audit.request_finished(
+                ctx, status=err.status, error_code=err.code, stream=stream, admitted_at=admitted_at
+            )
         return _error(err)
     except (ClientDisconnect, _ClientGone):
         _log_access(ctx, principal, 499, stream, rid)
+        if audit is not None and ctx is not None and admitted_at:
+            await audit.request_finished(ctx, status=499, error_code=None, stream=stream, admitted_at=admitted_at)
         return Response(status_code=499)
     finally:
         if admitted:
@@ -252,7 +267,17 @@ class _StreamSession:
     started (the client left before the first write) would never run it.
     """
 
-    __slots__ = ("_closed", "_committed", "_ctx", "_error", "_include_usage", "_renderer", "_runtime", "_status")
+    __slots__ = (
+        "_admitted_at",
+        "_closed",
+        "_committed",
+        "_ctx",
+        "_error",
+        "_include_usage",
+        "_renderer",
+        "_runtime",
+        "_status",
+    )
 
     def __init__(
         self,
@@ -261,7 +286,9 @@ class _StreamSession:
         committed: CommittedStream,
         renderer: ChunkRenderer,
         include_usage: bool,
+        admitted_at: float,
     ) -> None:
+        self._admitted_at = admitted_at
         self._runtime = runtime
         self._ctx = ctx
         self._committed = committed
@@ -306,6 +333,11 @@ class _StreamSession:
             self._runtime.admission.release(True)
             ctx = self._ctx
             _log_access(ctx, ctx.principal, self._status, True, ctx.request_id)
+            if ctx.audit is not None and self._runtime.audit is not None:
+                code = "provider_error" if self._status == 502 else None
+                await self._runtime.audit.recorder.request_finished(
+                    ctx, status=self._status, error_code=code, stream=True, admitted_at=self._admitted_at
+                )
 
 
 async def healthz(request: Request) -> Response:
@@ -320,6 +352,8 @@ async def healthz(request: Request) -> Response:
         "loop_lag_ms": round(runtime.admission.loop_lag_s * 1000, 1),
         "shed_for_loop_lag": runtime.admission.shed_lag,
     }
+    if runtime.audit is not None:
+        body["audit"] = runtime.audit.stats()
     return Response(orjson.dumps(body), media_type=_JSON)
 
 
@@ -349,6 +383,9 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
     if not str(path):
         raise RuntimeError("no config: pass config_path or set TOLLWAY_CONFIG")
     runtime = GatewayRuntime.load(path)
+    on_lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
+    # On Lambda the WAL-shipper extension ships; in server mode a task of this process does.
+    runtime.audit = AuditPipeline.open(runtime.audit_config, ship=not on_lambda)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
@@ -358,7 +395,9 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
             loop.add_signal_handler(signal.SIGHUP, lambda: tasks.append(asyncio.ensure_future(runtime.reload())))
         if watch_interval_s:
             tasks.append(asyncio.ensure_future(runtime.watch(watch_interval_s)))
-        if not os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
+        if runtime.audit is not None:
+            runtime.audit.start()
+        if not on_lambda:
             # On Lambda one environment serves one request at a time and is frozen between
             # invocations, so a lag sample would measure the freeze; concurrency is the limit there.
             tasks.append(asyncio.ensure_future(runtime.admission.monitor_loop_lag()))
@@ -369,6 +408,8 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
                 loop.remove_signal_handler(signal.SIGHUP)
             for t in tasks:
                 t.cancel()
+            if runtime.audit is not None:
+                await runtime.audit.aclose()
             await runtime.aclose()
 
     app = Starlette(

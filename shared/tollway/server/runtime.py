@@ -13,8 +13,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tollway.audit.pipeline import AuditPipeline
 from tollway.config.loader import load_config
 from tollway.config.root import PublishedRoot, Publisher, RootHolder
+from tollway.config.schema import AuditConfig
 from tollway.exceptions import ConfigError, Overloaded
 from tollway.gateway import Gateway
 
@@ -84,6 +86,9 @@ class GatewayRuntime:
     holder: RootHolder
     gateway: Gateway = field(default_factory=Gateway)
     admission: Admission = field(default_factory=Admission)
+    audit: AuditPipeline | None = None
+    audit_config: AuditConfig = field(default_factory=AuditConfig)
+    """The ``audit:`` block as loaded at start; the WAL and sink are per process, so a reload does not change them."""
     _stamp: tuple[float, int] | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -93,8 +98,9 @@ class GatewayRuntime:
         """Load and publish the first root; an invalid file is fatal at start."""
         publisher = Publisher()
         stamp = cls._stat(config_path)
-        root = publisher.publish(load_config(config_path))
-        runtime = cls(config_path=config_path, publisher=publisher, holder=RootHolder(root))
+        cfg = load_config(config_path)
+        root = publisher.publish(cfg)
+        runtime = cls(config_path=config_path, publisher=publisher, holder=RootHolder(root), audit_config=cfg.audit)
         runtime._stamp = stamp  # taken before the read, so a write during start-up is seen by the watch
         return runtime
 

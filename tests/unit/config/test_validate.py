@@ -365,6 +365,37 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("prefix-without-slash", edit("pathPrefix", "v1"), "pathPrefix", "must start with '/'"),
     ("prefix-trailing-slash", edit("pathPrefix", "/v1/"), "pathPrefix", "must not end with '/'"),
     ("prefix-root", edit("pathPrefix", "/"), "pathPrefix", "must not end with '/'"),
+    # audit
+    (
+        "audit-local-durable-on-ephemeral",
+        lambda d: d.update(audit={"durability": "local-durable"}),
+        "audit.spool.persistenceClass",
+        "local-durable needs a persistent volume",
+    ),
+    (
+        "audit-wal-smaller-than-two-segments",
+        lambda d: d.update(audit={"spool": {"maxBytes": 100 * 2**20, "segmentBytes": 64 * 2**20}}),
+        "audit.spool.maxBytes",
+        "at least twice segmentBytes",
+    ),
+    (
+        "audit-record-larger-than-half-a-segment",
+        lambda d: d.update(audit={"spool": {"maxRecordBytes": 2**20, "segmentBytes": 2**20, "maxBytes": 2**22}}),
+        "audit.spool.maxRecordBytes",
+        "at most half of segmentBytes",
+    ),
+    (
+        "audit-unbounded-commit-timeout",
+        lambda d: d.update(audit={"spool": {"commitTimeoutMs": 0}}),
+        "audit.spool.commitTimeoutMs",
+        "must be positive",
+    ),
+    (
+        "audit-kafka-without-servers",
+        lambda d: d.update(audit={"sink": {"type": "kafka"}}),
+        "audit.sink.bootstrapServers",
+        "required when sink.type is kafka",
+    ),
 ]
 
 

@@ -1,0 +1,1 @@
+"""The audit-writer function: audit event batches from the audit queue into the audit store."""

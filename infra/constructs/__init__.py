@@ -1,0 +1,7 @@
+"""The stack's building blocks, each configured from one spec of the topology."""
+
+from infra.constructs.function import Resources, TollwayFunction
+from infra.constructs.gateway import Gateway, GatewayParameters
+from infra.constructs.storage import QueueWithDlq, bucket, table
+
+__all__ = ["Gateway", "GatewayParameters", "QueueWithDlq", "Resources", "TollwayFunction", "bucket", "table"]

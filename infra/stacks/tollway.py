@@ -1,0 +1,122 @@
+"""One stage of Tollway: the gateway, the workers, and the queues, tables, buckets and secrets they use.
+
+Every name and setting comes from the :class:`~tollway.cloud.resources.Topology` passed in; this
+module only decides how each spec becomes CloudFormation, so the local cloud bootstrap (which
+reads the same topology) and the deployed stack cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import Aws, CfnOutput, Duration, Stack
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from infra.assets import REPO_ROOT, LayerZips, stage_function_code
+from infra.constructs.function import Resources, TollwayFunction
+from infra.constructs.gateway import Gateway, GatewayParameters
+from infra.constructs.storage import QueueWithDlq, bucket, construct_id, table
+from tollway.cloud.resources import Topology
+
+__all__ = ["StackInputs", "TollwayStack"]
+
+
+@dataclass(frozen=True, slots=True)
+class StackInputs:
+    """What a stage is built from: its topology, the published config, the layer zips.
+
+    ``staging_dir`` receives each function's staged code; it must outlive the synth.
+    """
+
+    topology: Topology
+    config: Path
+    layers: LayerZips
+    staging_dir: Path
+    repo_root: Path = REPO_ROOT
+
+
+class TollwayStack(Stack):
+    """The stage's stack; its id, the stage prefix, is also the CloudFormation stack name."""
+
+    def __init__(self, scope: Construct, stack_id: str, *, inputs: StackInputs, **kwargs: Any) -> None:
+        super().__init__(scope, stack_id, **kwargs)
+        topo = inputs.topology
+        self.queues = {q.key: QueueWithDlq(self, construct_id(q.key, "Queue"), spec=q) for q in topo.queues}
+        self.tables = {t.key: table(self, t) for t in topo.tables}
+        self.buckets = {b.key: bucket(self, b) for b in topo.buckets}
+        self.secrets = {
+            s.key: secretsmanager.Secret.from_secret_name_v2(self, construct_id(s.key, "Secret"), s.name)
+            for s in topo.secrets
+        }
+        resources = Resources(
+            queues={k: q.queue for k, q in self.queues.items()},
+            tables=self.tables,
+            buckets=self.buckets,
+            secrets=self.secrets,
+        )
+        layers = [
+            lambda_.LayerVersion(
+                self,
+                f"{name.capitalize()}Layer",
+                layer_version_name=f"{topo.prefix}-{name}",
+                description=description,
+                code=lambda_.Code.from_asset(str(path)),
+                compatible_runtimes=[lambda_.Runtime.PYTHON_3_11],
+                compatible_architectures=[lambda_.Architecture.X86_64],
+            )
+            for name, path, description in (
+                ("deps", inputs.layers.deps, "Tollway's pinned third-party dependencies"),
+                ("core", inputs.layers.core, "The tollway core library"),
+            )
+        ]
+        environment = topo.environment(Aws.ACCOUNT_ID, Aws.REGION)
+
+        def code(key: str, source_dir: str, config: Path | None = None) -> lambda_.Code:
+            staged = stage_function_code(
+                inputs.staging_dir / key, source_dir, repo_root=inputs.repo_root, config=config
+            )
+            return lambda_.Code.from_asset(str(staged))
+
+        self.gateway = Gateway(
+            self,
+            "Gateway",
+            spec=topo.gateway,
+            parameters=GatewayParameters.declare(self, topo.gateway),
+            code=code(topo.gateway.key, topo.gateway.source_dir, inputs.config),
+            layers=layers,
+            environment=environment,
+            resources=resources,
+            log_retention_days=topo.log_retention_days,
+        )
+        self.workers: dict[str, TollwayFunction] = {}
+        for spec in topo.functions:
+            worker = TollwayFunction(
+                self,
+                construct_id(spec.key, "Function"),
+                function_name=spec.name,
+                handler=spec.handler,
+                code=code(spec.key, spec.source_dir),
+                layers=layers,
+                environment={**environment, **dict(spec.environment)},
+                memory_size=spec.memory_mb,
+                timeout=Duration.seconds(spec.timeout_s),
+                log_retention_days=topo.log_retention_days,
+            )
+            worker.connect(spec, resources)
+            self.workers[spec.key] = worker
+        self._outputs()
+
+    def _outputs(self) -> None:
+        CfnOutput(self, "GatewayStreamingUrl", value=self.gateway.streaming_url.url, description="RESPONSE_STREAM")
+        CfnOutput(self, "GatewayBufferedUrl", value=self.gateway.buffered_url.url, description="BUFFERED")
+        for key, q in self.queues.items():
+            CfnOutput(self, construct_id(key, "QueueUrl"), value=q.queue.queue_url)
+            CfnOutput(self, construct_id(key, "DeadLetterQueueUrl"), value=q.dead_letter_queue.queue_url)
+        for key, t in self.tables.items():
+            CfnOutput(self, construct_id(key, "TableName"), value=t.table_name)
+        for key, b in self.buckets.items():
+            CfnOutput(self, construct_id(key, "BucketName"), value=b.bucket_name)

@@ -1,0 +1,189 @@
+"""The gateway's side of the audit trail: append each request's events to the WAL, in order.
+
+One recorder per process, built from the ``audit:`` block at start. The request path calls it at
+four points (admission, before each dispatch, after each attempt, at the end); every call is an
+in-memory append to the WAL writer's queue except where durability demands a wait:
+
+- ``bounded-async``: nothing waits. A full or dead WAL still fails the request *before dispatch*
+  (503 ``audit_unavailable``), so an admitted request always has room for its events. Records
+  appended but not yet written are lost if the process crashes (the loss window the WAL reports).
+- ``local-durable``: ``attempt_started`` waits until its record is at or below the durable
+  watermark (fdatasync'd) before the provider sees anything; with
+  ``terminalCommitBeforeResponse`` a buffered response also waits for its ``request_finished``.
+  A commit timeout or I/O failure fails the request before dispatch.
+
+After dispatch nothing can be undone, so ``attempt_finished`` and ``request_finished`` failures are
+logged and counted, never raised (the store reports the missing terminal as an incomplete attempt).
+``contentMode: disabled`` records no request-level events at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Literal
+
+from tollway.audit import events
+from tollway.exceptions import AuditUnavailable
+
+if TYPE_CHECKING:
+    from tollway.audit.wal import WalWriter
+    from tollway.gateway import AttemptRecord, RequestContext
+    from tollway.routing.plan import RouteTarget
+
+__all__ = ["AuditRecorder"]
+
+log = logging.getLogger("tollway.audit")
+
+
+class AuditRecorder:
+    __slots__ = ("_commit_timeout_s", "_content_mode", "_durable", "_terminal_commit", "dropped", "writer")
+
+    def __init__(
+        self,
+        writer: WalWriter,
+        *,
+        durable: bool,
+        terminal_commit: bool,
+        commit_timeout_s: float,
+        content_mode: Literal["metadata-only", "disabled"],
+    ) -> None:
+        self.writer = writer
+        self._durable = durable
+        self._terminal_commit = terminal_commit
+        self._commit_timeout_s = commit_timeout_s
+        self._content_mode: Literal["metadata-only", "disabled"] = content_mode
+        self.dropped = 0
+        """Post-dispatch events the WAL refused (logged; the store shows the attempt incomplete)."""
+
+    @property
+    def enabled(self) -> bool:
+        return self._content_mode != "disabled"
+
+    def _append(self, event: events.AuditEvent) -> int:
+        from tollway.audit.wal import WalError
+
+        try:
+            return self.writer.append(event.encode())
+        except (WalError, ValueError) as exc:
+            log.error("audit WAL refused %s for request %s: %s", event.kind, event.request_id, type(exc).__name__)
+            raise AuditUnavailable() from None
+
+    async def _durable_wait(self, seq: int, what: str, request_id: str) -> None:
+        from tollway.audit.wal import WalError
+
+        try:
+            await self.writer.wait_durable(seq, self._commit_timeout_s)
+        except WalError as exc:
+            log.error("audit commit of %s for request %s failed: %s", what, request_id, type(exc).__name__)
+            raise AuditUnavailable() from None
+
+    def admitted(self, ctx: RequestContext, *, stream: bool) -> None:
+        """At admission, before any provider work; raises ``AuditUnavailable`` (503) if the WAL cannot take it."""
+        if not self.enabled:
+            return
+        p = ctx.principal
+        self._append(
+            events.request_admitted(
+                request_id=ctx.request_id,
+                root_digest=ctx.root.digest,
+                principal_id=p.id,
+                tenant=p.tenant,
+                team=p.team,
+                key_id=p.key_id,
+                alias=ctx.plan.name,
+                stream=stream,
+                content_mode=self._content_mode,
+                max_attempts=ctx.plan.retry.max_attempts,
+            )
+        )
+
+    async def attempt_started(
+        self, ctx: RequestContext, number: int, target: RouteTarget, reason: Literal["first", "retry", "fallback"]
+    ) -> None:
+        """Before dispatch; under local-durable, returns only once the record is durable."""
+        if not self.enabled:
+            return
+        seq = self._append(
+            events.attempt_started(
+                request_id=ctx.request_id,
+                root_digest=ctx.root.digest,
+                attempt=number,
+                route_id=target.route_id,
+                deployment_id=target.deployment.id,
+                provider_format=target.deployment.format.value,
+                physical_model=target.target.model,
+                reason=reason,
+            )
+        )
+        if self._durable:
+            await self._durable_wait(seq, "attempt_started", ctx.request_id)
+
+    def attempt_finished(self, ctx: RequestContext, record: AttemptRecord) -> None:
+        """After an attempt settles (for a stream: when it ends). Never raises."""
+        if not self.enabled:
+            return
+        ended = record.ended if record.ended is not None else time.monotonic()
+        try:
+            self._append(
+                events.attempt_finished(
+                    request_id=ctx.request_id,
+                    root_digest=ctx.root.digest,
+                    attempt=record.number,
+                    route_id=record.route_id,
+                    deployment_id=record.deployment_id,
+                    outcome=record.outcome,
+                    error_category=record.error_category,
+                    upstream_status=record.upstream_status,
+                    first_token_ms=None if record.first_event_s is None else record.first_event_s * 1000,
+                    total_ms=(ended - record.started) * 1000,
+                )
+            )
+        except AuditUnavailable:
+            self.dropped += 1
+
+    async def request_finished(
+        self,
+        ctx: RequestContext,
+        *,
+        status: int,
+        error_code: str | None,
+        stream: bool,
+        admitted_at: float,
+    ) -> None:
+        """At the end. A buffered local-durable response waits for it when ``terminalCommitBeforeResponse``.
+
+        Never raises: the response is already decided. A failed commit is logged and counted.
+        """
+        if not self.enabled:
+            return
+        usage = ctx.usage
+        outcome = "ok" if status < 400 else ("cancelled" if status == 499 else "error")
+        try:
+            seq = self._append(
+                events.request_finished(
+                    request_id=ctx.request_id,
+                    root_digest=ctx.root.digest,
+                    status=status,
+                    outcome=outcome,
+                    error_code=error_code,
+                    attempts=len(ctx.attempts),
+                    admission_ms=(admitted_at - ctx.received) * 1000,
+                    total_ms=(time.monotonic() - ctx.received) * 1000,
+                    usage=None
+                    if usage is None
+                    else {
+                        "promptTokens": usage.prompt_tokens,
+                        "completionTokens": usage.completion_tokens,
+                        "totalTokens": usage.total_tokens,
+                        "cachedPromptTokens": usage.cached_prompt_tokens,
+                        "reasoningTokens": usage.reasoning_tokens,
+                    },
+                    usage_evidence="unknown" if usage is None else usage.evidence.value,
+                    cancellation="client_disconnected" if status == 499 else None,
+                )
+            )
+            if self._durable and self._terminal_commit and not stream:
+                await self._durable_wait(seq, "request_finished", ctx.request_id)
+        except AuditUnavailable:
+            self.dropped += 1

@@ -1,0 +1,202 @@
+"""The audit trail end to end on the local cloud, with real processes and the official SDK.
+
+gateway process → WAL → shipper task → SQS (moto server) → event-source runner → audit-writer
+handler → DynamoDB (moto server). Each scenario runs under its own principal, so the store's
+by-principal index finds exactly that scenario's requests, including the one whose client gave up
+before any response (no request id reached the client).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from tests.e2e.conftest import PROVIDER_KEY_ENV, build_config
+from tests.support.processes import Gateway, Proc, new_key, start_gateway
+from tollway.audit.store import DynamoDBAuditStore, RequestRecord, RequestView, StoreSettings
+from tollway.cloud.bootstrap import bootstrap
+from tollway.cloud.local import LocalCloud, local_cloud
+from tollway.cloud.resources import Topology, topology
+from tollway.cloud.runner import EventSourceRunner
+
+pytestmark = [pytest.mark.e2e, pytest.mark.local_cloud]
+
+SCENARIOS = ("buffered", "streamed", "retried", "fallback", "cancelled", "timeout", "canary")
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCloud]:
+    with local_cloud(0, log_path=tmp_path_factory.mktemp("moto") / "moto.log") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def topo(cloud: LocalCloud) -> Topology:
+    t = topology("e2e-audit-" + secrets.token_hex(3))
+    bootstrap(t, endpoint=cloud.endpoint, region=cloud.region, env=cloud.env())
+    return t
+
+
+@pytest.fixture(scope="module")
+def store_env(cloud: LocalCloud, topo: Topology) -> Iterator[dict[str, str]]:
+    """The environment the audit writer runs with (the runner calls it in this process)."""
+    env = {**cloud.env(), "TOLLWAY_TABLE_AUDIT": topo.table("audit").name}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        yield env
+
+
+@pytest.fixture(scope="module")
+def runner(cloud: LocalCloud, topo: Topology, store_env: dict[str, str]) -> Iterator[EventSourceRunner]:
+    r = EventSourceRunner(topo, endpoint=cloud.endpoint, region=cloud.region, env=cloud.env())
+    r.start()
+    yield r
+    assert r.stop(), "the event-source runner did not stop in time"
+
+
+@pytest.fixture(scope="module")
+def audited_gateway(
+    mock_provider: Proc, cloud: LocalCloud, topo: Topology, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    keys = {name: new_key() for name in SCENARIOS}
+    cfg: dict[str, Any] = build_config(mock_provider.url, {"team-a": "0" * 64, "team-b": "1" * 64})
+    cfg["providers"]["openai-timeout"] = {
+        **cfg["providers"]["openai-delay"],
+        "providerAccountId": "acct-openai-timeout",
+        "requestTimeoutMs": 500,
+        "connectTimeoutMs": 500,
+    }
+    cfg["models"] += [
+        {
+            "name": "chat-retry-v1",
+            "routes": [{"id": "retry", "provider": "openai-503", "model": "phys-retry"}],
+        },
+        {
+            "name": "chat-timeout-v1",
+            "routes": [{"id": "timeout", "provider": "openai-timeout", "model": "phys-timeout"}],
+        },
+    ]
+    for m in cfg["models"][-2:]:
+        m["routes"][0]["providerFormat"] = "openai-chat-completions"
+    alias = {
+        "buffered": "chat-fast-v1",
+        "streamed": "chat-fast-v1",
+        "retried": "chat-retry-v1",
+        "fallback": "chat-fallback-v1",
+        "cancelled": "chat-delay-v1",
+        "timeout": "chat-timeout-v1",
+        "canary": "chat-fast-v1",
+    }
+    cfg["principals"] = [
+        {"id": f"audit-{name}", "tenant": "acme", "allowedModels": [alias[name]], "keys": [{"id": name, "sha256": d}]}
+        for name, (_, d) in keys.items()
+    ]
+    wal_dir = tmp_path_factory.mktemp("wal")
+    cfg["audit"] = {
+        "durability": "bounded-async",
+        "spool": {"path": str(wal_dir)},
+        "sink": {"type": "sqs", "queueName": topo.queue("audit").name},
+    }
+    path: Path = tmp_path_factory.mktemp("gw-audit") / "llm-router.yml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = {**cloud.env(), PROVIDER_KEY_ENV: "sk-audit-provider-credential-CANARY-7f3a"}
+    gw = start_gateway(path, env)
+    gw.keys = {name: key for name, (key, _) in keys.items()}
+    yield gw
+    gw.proc.stop()
+
+
+def _requests(store: DynamoDBAuditStore, principal: str, since_ms: int) -> list[RequestRecord]:
+    return store.list_requests(since_ms, principal_id=principal, limit=10)
+
+
+def _settled(store: DynamoDBAuditStore, principal: str, since_ms: int, timeout_s: float = 30) -> RequestView:
+    """Wait until the principal's one request has its terminal event and every attempt settled."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        found = _requests(store, principal, since_ms)
+        if len(found) == 1:
+            view = store.get_request(found[0].request_id)
+            last = view
+            if view is not None and not view.incomplete:
+                return view
+        elif len(found) > 1:
+            pytest.fail(f"{principal}: {len(found)} request items, expected exactly one")
+        time.sleep(0.2)
+    pytest.fail(f"{principal}: no complete audit record within {timeout_s} s (last seen: {last!r})")
+
+
+def test_every_request_shape_lands_once_with_its_ordered_attempts(
+    audited_gateway: Gateway, runner: EventSourceRunner, store_env: dict[str, str]
+) -> None:
+    gw = audited_gateway
+    since = int(time.time() * 1000) - 1000
+    msgs = [{"role": "user", "content": "audit canary PROMPT-CANARY-91c2 please"}]
+
+    def sdk(name: str, timeout: float = 10) -> openai.OpenAI:
+        return openai.OpenAI(base_url=gw.base_url, api_key=gw.keys[name], max_retries=0, timeout=timeout)
+
+    with sdk("buffered") as c:
+        c.chat.completions.create(model="chat-fast-v1", messages=msgs)  # type: ignore[arg-type]
+    with sdk("streamed") as c:
+        assert list(c.chat.completions.create(model="chat-fast-v1", messages=msgs, stream=True))  # type: ignore[arg-type]
+    with sdk("retried") as c, pytest.raises(openai.APIStatusError) as retried:
+        c.chat.completions.create(model="chat-retry-v1", messages=msgs)  # type: ignore[arg-type]
+    assert retried.value.status_code == 503
+    with sdk("fallback") as c:
+        c.chat.completions.create(model="chat-fallback-v1", messages=msgs)  # type: ignore[arg-type]
+    with sdk("cancelled", timeout=0.5) as c, pytest.raises(openai.APITimeoutError):
+        c.chat.completions.create(model="chat-delay-v1", messages=msgs)  # type: ignore[arg-type]
+    with sdk("timeout") as c, pytest.raises(openai.APIStatusError) as timed_out:
+        c.chat.completions.create(model="chat-timeout-v1", messages=msgs)  # type: ignore[arg-type]
+    assert timed_out.value.status_code == 504
+
+    store = DynamoDBAuditStore(StoreSettings.from_env(store_env))
+    views = {name: _settled(store, f"audit-{name}", since) for name in SCENARIOS if name != "canary"}
+
+    def shape(view: RequestView) -> tuple[int | None, list[tuple[int, str | None, str | None]]]:
+        return view.request.status, [(a.number, a.reason, a.outcome) for a in view.attempts]
+
+    assert shape(views["buffered"]) == (200, [(1, "first", "ok")])
+    assert shape(views["streamed"]) == (200, [(1, "first", "ok")])
+    assert views["streamed"].request.stream is True
+    assert views["streamed"].attempts[0].first_token_ms is not None
+    assert shape(views["retried"]) == (503, [(1, "first", "error"), (2, "retry", "error"), (3, "retry", "error")])
+    assert shape(views["fallback"]) == (200, [(1, "first", "error"), (2, "fallback", "ok")])
+    assert shape(views["cancelled"]) == (499, [(1, "first", "cancelled")])
+    assert views["timeout"].request.status == 504
+    assert {a.outcome for a in views["timeout"].attempts} == {"error"}
+    for name, view in views.items():
+        assert view.request.alias, name
+        assert [a.number for a in view.attempts] == list(range(1, len(view.attempts) + 1)), name
+    assert views["buffered"].request.usage_evidence == "provider-reported"
+
+    # No content, credential or key in anything the pipeline stored.
+    dumped = repr(views)
+    for canary in ("PROMPT-CANARY-91c2", "CANARY-7f3a", *gw.keys.values()):
+        assert canary not in dumped
+
+
+def test_healthz_reports_the_wal_drained(audited_gateway: Gateway, runner: EventSourceRunner) -> None:
+    """After traffic, the shipper acknowledges everything the WAL holds (no backlog)."""
+    with openai.OpenAI(base_url=audited_gateway.base_url, api_key=audited_gateway.keys["canary"], max_retries=0) as c:
+        for _ in range(5):
+            c.chat.completions.create(model="chat-fast-v1", messages=[{"role": "user", "content": "x"}])
+    health = audited_gateway.base_url.removesuffix("/v1") + "/healthz"
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        audit = httpx.get(health, timeout=2).json()["audit"]
+        if audit["wal"]["appended"] > 0 and audit["wal"]["appended"] == audit["shipper"]["acked"]:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"the WAL did not drain: {audit}")

@@ -1,0 +1,130 @@
+"""The synthesized stacks the infra tests read, and the lookups they share.
+
+Synthesis starts the jsii runtime and runs CDK's template validation (several seconds), so
+``conftest.py`` synthesizes each stack once per session; every lookup here goes through
+:class:`Synth`, and every expected value comes from the stack's topology.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aws_cdk.assertions import Template
+
+from infra.app import AppContext, build_stack, new_app
+from tests.infra.synthetic import placeholder_layers
+from tests.infra.template_tools import ACCOUNT, REGION, actions_on, refs, resolve, role_statements
+from tollway.cloud.resources import BucketSpec, Grant, Topology, topology
+
+STAGE = "assert-stage"
+"""Not the default prefix, so a name that ignored the ``stage`` context would show."""
+WORKER_STAGE = "assert-worker"
+
+
+@dataclass(frozen=True)
+class Synth:
+    topology: Topology
+    template: Template
+    json: dict[str, Any]
+
+    def resources(self, kind: str) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in self.json["Resources"].items() if v["Type"] == kind}
+
+    def one(self, kind: str, **props: Any) -> tuple[str, dict[str, Any]]:
+        """The single resource of ``kind`` whose properties include ``props``."""
+        found = [
+            (k, v)
+            for k, v in self.resources(kind).items()
+            if all(v.get("Properties", {}).get(p) == want for p, want in props.items())
+        ]
+        assert len(found) == 1, f"expected one {kind} with {props}, found {[k for k, _ in found]}"
+        return found[0]
+
+
+def synthesize(root: Path, stage: str, topo: Topology | None = None) -> Synth:
+    layers = placeholder_layers(root / "layers")
+    app = new_app({"layersDir": str(layers), "stage": stage})
+    stack = build_stack(app, AppContext.from_app(app), root / "staging", topo)
+    template = Template.from_stack(stack)
+    return Synth(topo or topology(stage), template, dict(template.to_json()))
+
+
+def queue_id(synth: Synth, name: str) -> str:
+    return synth.one("AWS::SQS::Queue", QueueName=name)[0]
+
+
+def table_id(synth: Synth, name: str) -> str:
+    return synth.one("AWS::DynamoDB::Table", TableName=name)[0]
+
+
+def bucket_id(synth: Synth, spec: BucketSpec) -> str:
+    want = spec.name(ACCOUNT, REGION)
+    found = [k for k, v in synth.resources("AWS::S3::Bucket").items() if resolve(v["Properties"]["BucketName"]) == want]
+    assert len(found) == 1, f"bucket {want}: {found}"
+    return found[0]
+
+
+def function(synth: Synth, name: str) -> tuple[str, dict[str, Any]]:
+    logical_id, resource = synth.one("AWS::Lambda::Function", FunctionName=name)
+    return logical_id, resource["Properties"]
+
+
+def function_role(synth: Synth, name: str) -> str:
+    (role,) = refs(function(synth, name)[1]["Role"])
+    return role
+
+
+EXPECTED_ACTIONS: dict[tuple[str, str], tuple[set[str], set[str]]] = {
+    ("queue", "send"): ({"sqs:SendMessage"}, {"sqs:ReceiveMessage", "sqs:DeleteMessage"}),
+    ("queue", "consume"): ({"sqs:ReceiveMessage", "sqs:DeleteMessage"}, {"sqs:SendMessage"}),
+    ("table", "read"): ({"dynamodb:GetItem", "dynamodb:Query"}, {"dynamodb:PutItem", "dynamodb:DeleteItem"}),
+    ("table", "write"): ({"dynamodb:PutItem", "dynamodb:UpdateItem"}, {"dynamodb:GetItem", "dynamodb:Query"}),
+    ("table", "read-write"): ({"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, set()),
+    ("bucket", "read"): ({"s3:GetObject*"}, {"s3:PutObject", "s3:DeleteObject*"}),
+    ("bucket", "write"): ({"s3:PutObject"}, {"s3:GetObject*", "s3:DeleteObject*"}),
+    ("bucket", "read-write"): ({"s3:GetObject*", "s3:PutObject"}, set()),
+    ("secret", "read"): ({"secretsmanager:GetSecretValue"}, set()),
+}
+"""(must have, must not have) per grant: enough to tell each access from the others."""
+
+
+def resource_id(synth: Synth, grant: Grant) -> str:
+    topo = synth.topology
+    if grant.kind == "queue":
+        return queue_id(synth, topo.queue(grant.key).name)
+    if grant.kind == "table":
+        return table_id(synth, topo.table(grant.key).name)
+    return bucket_id(synth, topo.bucket(grant.key))
+
+
+def secret_actions(stmts: list[dict[str, Any]], secret_name: str) -> set[str]:
+    marker = f":secret:{secret_name}-??????"
+    return {a for s in stmts if marker in json.dumps(s.get("Resource")) for a in s["Action"]}
+
+
+def assert_grants(synth: Synth, function_name: str, grants: tuple[Grant, ...]) -> None:
+    """The function's role allows exactly its grants: each with its actions, nothing on the rest."""
+    stmts = role_statements(synth.json, function_role(synth, function_name))
+    granted: set[str] = set()
+    for grant in grants:
+        must, must_not = EXPECTED_ACTIONS[(grant.kind, grant.access)]
+        if grant.kind == "secret":
+            actions = secret_actions(stmts, synth.topology.secret(grant.key).name)
+        else:
+            target = resource_id(synth, grant)
+            granted.add(target)
+            actions = actions_on(stmts, target)
+        assert must <= actions, (function_name, grant, actions)
+        assert not must_not & actions, (function_name, grant, actions)
+    data = ("AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::S3::Bucket")
+    for kind in data:
+        for logical_id in synth.resources(kind):
+            if logical_id not in granted:
+                assert actions_on(stmts, logical_id) == set(), (function_name, logical_id)
+    granted_secrets = {synth.topology.secret(g.key).name for g in grants if g.kind == "secret"}
+    for spec in synth.topology.secrets:
+        if spec.name not in granted_secrets:
+            assert secret_actions(stmts, spec.name) == set(), (function_name, spec.name)

