@@ -4,7 +4,7 @@ Context keys (``cdk synth -c key=value``), each optional:
 
 - ``stage``: the resource prefix and stack name (default ``tollway``);
 - ``config``: the ``llm-router.yml`` bundled into the gateway (default the embedded example);
-- ``layersDir``: where ``python -m layers.build`` wrote ``deps.zip`` and ``core.zip``
+- ``layersDir``: where ``python -m layers.build`` wrote ``deps.zip``, ``core.zip`` and ``extension.zip``
   (default ``layers/dist``).
 
 Relative paths are taken from the repository root, wherever ``cdk`` was started.

@@ -42,16 +42,17 @@ class MissingAssetError(FileNotFoundError):
 
 @dataclass(frozen=True, slots=True)
 class LayerZips:
-    """The two layer zips ``python -m layers.build`` writes: dependencies and core library."""
+    """The layer zips ``python -m layers.build`` writes: dependencies, core library, WAL-shipper extension."""
 
     deps: Path
     core: Path
+    extension: Path
 
 
 def layer_zips(layers_dir: Path) -> LayerZips:
     """The layer zips in ``layers_dir``, or a :class:`MissingAssetError` naming the build command."""
-    zips = LayerZips(deps=layers_dir / "deps.zip", core=layers_dir / "core.zip")
-    missing = [p for p in (zips.deps, zips.core) if not p.is_file()]
+    zips = LayerZips(deps=layers_dir / "deps.zip", core=layers_dir / "core.zip", extension=layers_dir / "extension.zip")
+    missing = [p for p in (zips.deps, zips.core, zips.extension) if not p.is_file()]
     if missing:
         names = ", ".join(str(p) for p in missing)
         build = LAYERS_BUILD_COMMAND.format(out=layers_dir)

@@ -266,7 +266,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Plan:
         "--stage", type=_stage, default=DEFAULT_PREFIX, help="resource prefix and stack name (default: %(default)s)"
     )
     parser.add_argument("--config", type=Path, default=REPO_ROOT / DEFAULT_CONFIG, help="llm-router.yml to bundle")
-    parser.add_argument("--layers-dir", type=Path, default=REPO_ROOT / DEFAULT_LAYERS_DIR, help="deps.zip and core.zip")
+    parser.add_argument(
+        "--layers-dir", type=Path, default=REPO_ROOT / DEFAULT_LAYERS_DIR, help="deps.zip, core.zip and extension.zip"
+    )
     parser.add_argument("--no-build", dest="build", action="store_false", help="use the layer zips already built")
     parser.add_argument("--outdir", type=Path, default=INFRA_DIR / "cdk.out", help="where the assembly is written")
     parser.add_argument(

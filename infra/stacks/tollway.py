@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from aws_cdk import Aws, CfnOutput, Duration, Stack
 from aws_cdk import aws_lambda as lambda_
@@ -37,6 +37,11 @@ class StackInputs:
     layers: LayerZips
     staging_dir: Path
     repo_root: Path = REPO_ROOT
+
+
+AUDIT_ENVIRONMENT: Final = {"TOLLWAY_AUDIT_WAL_DIR": "/tmp/tollway-audit-wal", "TOLLWAY_AUDIT_SINK": "sqs"}
+"""Where the gateway's WAL lives on Lambda and where the extension ships it (docs/audit.md). The
+bundled config reads ``TOLLWAY_AUDIT_SINK``; ``/tmp`` suits bounded-async (local-durable needs EFS)."""
 
 
 class TollwayStack(Stack):
@@ -74,6 +79,18 @@ class TollwayStack(Stack):
             )
         ]
         environment = topo.environment(Aws.ACCOUNT_ID, Aws.REGION)
+        # The gateway appends audit events to a WAL under /tmp; the tollway-wal-shipper extension
+        # (its own layer, gateway functions only) ships them to the audit queue after each invoke.
+        extension = lambda_.LayerVersion(
+            self,
+            "ExtensionLayer",
+            layer_version_name=f"{topo.prefix}-wal-shipper",
+            description="The tollway-wal-shipper Lambda extension (audit WAL to the audit queue)",
+            code=lambda_.Code.from_asset(str(inputs.layers.extension)),
+            compatible_runtimes=[lambda_.Runtime.PYTHON_3_11],
+            compatible_architectures=[lambda_.Architecture.X86_64],
+        )
+        gateway_environment = {**environment, **AUDIT_ENVIRONMENT}
 
         def code(key: str, source_dir: str, config: Path | None = None) -> lambda_.Code:
             staged = stage_function_code(
@@ -87,8 +104,8 @@ class TollwayStack(Stack):
             spec=topo.gateway,
             parameters=GatewayParameters.declare(self, topo.gateway),
             code=code(topo.gateway.key, topo.gateway.source_dir, inputs.config),
-            layers=layers,
-            environment=environment,
+            layers=[*layers, extension],
+            environment=gateway_environment,
             resources=resources,
             log_retention_days=topo.log_retention_days,
         )

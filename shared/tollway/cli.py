@@ -197,6 +197,12 @@ def _start_cloud(port: int, prefix: str) -> tuple[subprocess.Popen[str], str]:
     raise SystemExit(f"the local cloud did not become ready within {_CLOUD_START_TIMEOUT_S:.0f} s")
 
 
+def local_audit_queue(stage: str) -> str:
+    """The audit queue of a stage, as ``tollway.cloud.resources.topology`` names it (not imported:
+    ``tollway.cloud`` is not shipped in the Lambda core layer, and this module is)."""
+    return f"{stage}-audit-events"
+
+
 def _stop_child(proc: subprocess.Popen[str], timeout_s: float = 10.0) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -240,7 +246,11 @@ def up(args: argparse.Namespace) -> None:
             os.environ.update({"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"})
             os.environ.pop("AWS_SESSION_TOKEN", None)
             os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-            cloud_line = f"  cloud    : {endpoint} (stage {args.stage}; queues, tables, buckets, event-source runner)"
+            # The audit trail ships to the local cloud's audit queue (the bundled example reads
+            # these; the name is the spec's, see tests/unit/test_cli.py).
+            os.environ.setdefault("TOLLWAY_AUDIT_SINK", "sqs")
+            os.environ.setdefault("TOLLWAY_QUEUE_AUDIT", local_audit_queue(args.stage))
+            cloud_line = f"  cloud    : {endpoint} (stage {args.stage}; audit trail on: tollway audit list --since 10m)"
         _configure_logging(args.log_level, not args.no_access_log)
         _check_config(config)
         sock = bind_socket(args.host, args.port)

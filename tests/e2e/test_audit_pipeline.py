@@ -200,3 +200,79 @@ def test_healthz_reports_the_wal_drained(audited_gateway: Gateway, runner: Event
             return
         time.sleep(0.1)
     pytest.fail(f"the WAL did not drain: {audit}")
+
+
+def test_a_gateway_killed_mid_stream_leaves_an_incomplete_attempt_and_nothing_lost(
+    mock_provider: Proc,
+    cloud: LocalCloud,
+    topo: Topology,
+    runner: EventSourceRunner,
+    store_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """local-durable: SIGKILL during a stream, restart on the same WAL, let the pipeline drain."""
+    key, digest = new_key()
+    principal = "audit-crash-" + secrets.token_hex(3)
+    cfg: dict[str, Any] = build_config(mock_provider.url, {"team-a": "0" * 64, "team-b": "1" * 64})
+    cfg["principals"] = [
+        {
+            "id": principal,
+            "tenant": "acme",
+            "allowedModels": ["chat-fast-v1", "chat-slow-v1"],
+            "keys": [{"id": "crash", "sha256": digest}],
+        }
+    ]
+    cfg["audit"] = {
+        "durability": "local-durable",
+        "spool": {"path": str(tmp_path / "wal"), "persistenceClass": "persistent"},
+        "sink": {"type": "sqs", "queueName": topo.queue("audit").name},
+    }
+    path = tmp_path / "llm-router.yml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = {**cloud.env(), PROVIDER_KEY_ENV: "sk-crash-provider"}
+    since = int(time.time() * 1000) - 1000
+    msgs = [{"role": "user", "content": "x"}]
+
+    gw = start_gateway(path, env)
+    try:
+        with openai.OpenAI(base_url=gw.base_url, api_key=key, max_retries=0) as c:
+            for _ in range(3):
+                c.chat.completions.create(model="chat-fast-v1", messages=msgs)  # type: ignore[arg-type]
+        body = {"model": "chat-slow-v1", "stream": True, "messages": msgs}
+        with httpx.stream(
+            "POST", gw.base_url + "/chat/completions", json=body, headers={"authorization": f"Bearer {key}"}, timeout=10
+        ) as resp:
+            assert resp.status_code == 200
+            crashed_id = resp.headers["x-request-id"]
+            first = next(line for line in resp.iter_lines() if line.startswith("data: "))
+            assert first  # the stream began: the attempt was dispatched and its start is durable
+            gw.proc.proc.kill()  # SIGKILL: no shutdown path runs
+            gw.proc.proc.wait(10)
+    finally:
+        gw.proc.stop()
+
+    restarted = start_gateway(path, env)  # same WAL directory: recovery replays what was not acknowledged
+    try:
+        store = DynamoDBAuditStore(StoreSettings.from_env(store_env))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            found = _requests(store, principal, since)
+            crashed = store.get_request(crashed_id)
+            complete = [r for r in found if r.request_id != crashed_id and not r.incomplete]
+            if crashed is not None and crashed.attempts and len(complete) == 3:
+                break
+            time.sleep(0.2)
+        found = _requests(store, principal, since)
+        assert sorted(r.request_id for r in found).count(crashed_id) == 1
+        assert len(found) == 4, [r.request_id for r in found]  # no duplicate request items
+        crashed = store.get_request(crashed_id)
+        assert crashed is not None
+        assert crashed.request.incomplete, "the killed request must not look finished"
+        assert [(a.number, a.incomplete) for a in crashed.attempts] == [(1, True)]
+        for r in found:
+            if r.request_id != crashed_id:
+                view = store.get_request(r.request_id)
+                assert view is not None and not view.incomplete
+                assert [(a.number, a.outcome) for a in view.attempts] == [(1, "ok")]
+    finally:
+        restarted.proc.stop()

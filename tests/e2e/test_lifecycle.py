@@ -125,6 +125,30 @@ def test_up_brings_up_the_local_cloud_and_stops_all_of_it(tmp_path: Path) -> Non
         # the provider secrets hold the mock provider key, which up generated and never printed
         value = secrets_manager.get_secret_value(SecretId=topo.secret("openai").name)["SecretString"]
         assert value.startswith("mock-") and value not in (tmp_path / "up.log").read_text()
+        # The audit trail is on: the round trip's three requests reach the audit table through
+        # WAL → shipper → SQS → runner → audit writer.
+        audit_env = {
+            **env,
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "TOLLWAY_STAGE": "e2e",
+        }
+        listing = ""
+        for _ in range(30):
+            done = subprocess.run(
+                [sys.executable, "-m", "tollway.cli", "audit", "list", "--since", "5m", "--principal", "demo"],
+                capture_output=True,
+                text=True,
+                env=audit_env,
+                timeout=30,
+            )
+            listing = done.stdout + done.stderr
+            if listing.count("req_") >= 3:
+                break
+            time.sleep(0.3)
+        assert listing.count("req_") == 3, listing
     finally:
         _stop_up(proc)
         log.close()

@@ -18,9 +18,9 @@ WORKER_KEY = "audit-writer"
 
 
 def placeholder_layers(directory: Path) -> Path:
-    """Write ``deps.zip`` and ``core.zip`` (one small file each) into ``directory``."""
+    """Write ``deps.zip``, ``core.zip`` and ``extension.zip`` (one small file each) into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    for name in ("deps", "core"):
+    for name in ("deps", "core", "extension"):
         with zipfile.ZipFile(directory / f"{name}.zip", "w") as z:
             info = zipfile.ZipInfo(f"python/tollway_{name}_placeholder.txt", date_time=(1980, 1, 1, 0, 0, 0))
             z.writestr(info, f"placeholder {name} layer for tests\n")

@@ -97,7 +97,7 @@ def test_a_missing_layer_zip_names_the_build_command(tmp_path: Path) -> None:
     with pytest.raises(MissingAssetError) as raised:
         layer_zips(tmp_path)
     message = str(raised.value)
-    assert "core.zip" in message and "deps.zip" not in message
+    assert "core.zip" in message and "extension.zip" in message and "deps.zip" not in message
     assert f"python -m layers.build --out {tmp_path}" in message
 
 
@@ -116,7 +116,7 @@ def test_the_app_reports_a_missing_layer_in_one_line(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert result.stderr.endswith(
-        f"error: layer zip not found: {tmp_path}/deps.zip, {tmp_path}/core.zip; "
+        f"error: layer zip not found: {tmp_path}/deps.zip, {tmp_path}/core.zip, {tmp_path}/extension.zip; "
         f"build the layers first: python -m layers.build --out {tmp_path}\n"
     )
     assert "Traceback" not in result.stderr

@@ -9,6 +9,7 @@ from aws_cdk.assertions import Match
 
 from infra.assets import CONFIG_NAME
 from infra.constructs.gateway import ADAPTER_ENVIRONMENT, BUFFERED_HANDLER, DEFAULT_ADAPTER_LAYER_ARN
+from infra.stacks.tollway import AUDIT_ENVIRONMENT
 from tests.infra.synth import (
     STAGE,
     Synth,
@@ -145,9 +146,11 @@ def test_streaming_gateway_runs_run_sh_under_the_web_adapter(synth: Synth) -> No
     assert env["AWS_LWA_INVOKE_MODE"] == "response_stream"
     assert env["TOLLWAY_CONFIG"] == f"/var/task/{CONFIG_NAME}"
     assert synth.topology.environment(ACCOUNT, REGION).items() <= env.items()
-    deps, core, adapter = props["Layers"]
-    assert synth.json["Resources"][deps["Ref"]]["Type"] == "AWS::Lambda::LayerVersion"
-    assert synth.json["Resources"][core["Ref"]]["Type"] == "AWS::Lambda::LayerVersion"
+    assert AUDIT_ENVIRONMENT.items() <= env.items()
+    deps, core, extension, adapter = props["Layers"]
+    for layer in (deps, core, extension):
+        assert synth.json["Resources"][layer["Ref"]]["Type"] == "AWS::Lambda::LayerVersion"
+    assert synth.json["Resources"][extension["Ref"]]["Properties"]["LayerName"] == f"{STAGE}-wal-shipper"
     assert adapter == {
         "Fn::If": [
             "LambdaAdapterLayerArnIsDefault",
@@ -174,8 +177,9 @@ def test_buffered_gateway_runs_mangum_without_the_adapter(synth: Synth) -> None:
     assert not set(ADAPTER_ENVIRONMENT) & set(env)
     assert env["TOLLWAY_CONFIG"] == f"/var/task/{CONFIG_NAME}"
     assert synth.topology.environment(ACCOUNT, REGION).items() <= env.items()
+    assert AUDIT_ENVIRONMENT.items() <= env.items()
     _, streaming = function(synth, gateway.name)
-    assert props["Layers"] == streaming["Layers"][:2]
+    assert props["Layers"] == streaming["Layers"][:3], "deps, core and the WAL-shipper extension; no adapter"
     assert props["Code"] == streaming["Code"], "one code asset serves both deployments"
 
 
@@ -324,7 +328,11 @@ def test_outputs_name_both_urls_and_every_queue_table_and_bucket(synth: Synth) -
 
 def test_layers_are_python_311_x86_assets_named_by_stage(synth: Synth) -> None:
     layers = synth.resources("AWS::Lambda::LayerVersion")
-    assert {v["Properties"]["LayerName"] for v in layers.values()} == {f"{STAGE}-deps", f"{STAGE}-core"}
+    assert {v["Properties"]["LayerName"] for v in layers.values()} == {
+        f"{STAGE}-deps",
+        f"{STAGE}-core",
+        f"{STAGE}-wal-shipper",
+    }
     synth.template.has_resource_properties(
         "AWS::Lambda::LayerVersion",
         {"CompatibleRuntimes": ["python3.11"], "CompatibleArchitectures": ["x86_64"], "Content": Match.any_value()},

@@ -1,0 +1,11 @@
+"""``tollway`` CLI helpers that restate a name from the resource spec must agree with it."""
+
+from __future__ import annotations
+
+from tollway.cli import local_audit_queue
+from tollway.cloud.resources import DEFAULT_PREFIX, topology
+
+
+def test_local_audit_queue_is_the_specs_audit_queue() -> None:
+    assert local_audit_queue(DEFAULT_PREFIX) == topology(DEFAULT_PREFIX).queue("audit").name
+    assert local_audit_queue("e2e") == topology("e2e").queue("audit").name
