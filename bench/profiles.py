@@ -40,6 +40,9 @@ class GatewaySettings(_Model):
     workers: int = Field(default=2, ge=1, le=8)
     server: Literal["uvicorn", "granian"] = "uvicorn"
     """The ASGI server; ``granian`` runs :mod:`bench.granian_gateway` (a dev dependency)."""
+    audit: Literal["off", "bounded-async", "local-durable"] = "off"
+    """Turn the audit trail on: the run starts a local cloud (moto server) and the gateway ships its
+    WAL to that cloud's audit queue. moto's CPU is sampled as its own group."""
     config: dict[str, Any] = Field(default_factory=dict)
     """Deep-merged over the generated ``llm-router.yml`` (camelCase keys, as in the config schema)."""
 

@@ -45,6 +45,7 @@ from bench.servers import (
     PROVIDER_KEY_ENV,
     PROVIDER_MODEL,
     Server,
+    deep_merge,
     fault_prefix,
     gateway_command,
     gateway_config,
@@ -52,6 +53,7 @@ from bench.servers import (
     mock_command,
     start_server,
 )
+from tollway.cloud.local import LocalCloud
 
 __all__ = ["RESULTS_SCHEMA", "main", "sweep_knee"]
 
@@ -126,6 +128,7 @@ class Runner:
                 raise SystemExit("--py-spy: no py-spy executable (pip install py-spy==0.4.3)")
         self.mock: Server | None = None
         self.gateway: Server | None = None
+        self.cloud: LocalCloud | None = None
         self.peers: dict[str, PeerTarget] = {}
         self.failed: dict[str, str] = {}
         """Targets that could not start or died, with the reason."""
@@ -171,7 +174,13 @@ class Runner:
         self.mock.cold_start = measure_first_response(self.mock, url, cold_body, headers)
 
         digest = hashlib.sha256(self.user_key.encode()).hexdigest()
-        config = gateway_config(self.mock.url, profile.mock.faults, digest, profile.gateway.config)
+        overrides = dict(profile.gateway.config)
+        gateway_env = {PROVIDER_KEY_ENV: self.provider_key}
+        if profile.gateway.audit != "off":
+            cloud_audit = self._start_cloud(profile.gateway.audit, gateway_env)
+            # The profile's own audit: keys (commit delay, say) refine the cloud's block.
+            overrides["audit"] = deep_merge(cloud_audit, overrides.get("audit", {}))
+        config = gateway_config(self.mock.url, profile.mock.faults, digest, overrides)
         config_path = self.out / "llm-router.yml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         gw_cmd = gateway_command(config_path, profile.gateway.workers, profile.gateway.server)
@@ -187,7 +196,7 @@ class Runner:
             gw_cmd,
             r"Tollway listening on (\S+)",
             self.out / "gateway.log",
-            {PROVIDER_KEY_ENV: self.provider_key},
+            gateway_env,
         )
         url, headers = self._target("gateway")
         cold_body = orjson.dumps({"model": ALIAS, **_COLD_BODY})
@@ -198,8 +207,30 @@ class Runner:
                 self._start_peer(name)
         self.targets = [t for t in self.targets if t not in self.failed]
         roots = {"all": os.getpid(), "gateway": self.gateway.pid, "mock": self.mock.pid}
+        if self.cloud is not None and self.cloud.proc is not None:
+            roots["cloud"] = self.cloud.proc.pid
         roots.update({name: peer.server.pid for name, peer in self.peers.items()})
         self.sampler = ResourceSampler(roots).start()
+
+    def _start_cloud(self, durability: str, gateway_env: dict[str, str]) -> dict[str, object]:
+        """moto server on a free port with the bench stage's resources; returns the ``audit:`` block."""
+        from tollway.cloud.bootstrap import bootstrap
+        from tollway.cloud.local import start_local_cloud
+        from tollway.cloud.resources import topology
+
+        self.cloud = start_local_cloud(0, log_path=self.out / "cloud.log")
+        topo = topology("bench")
+        bootstrap(topo, endpoint=self.cloud.endpoint, region=self.cloud.region, env=self.cloud.env())
+        gateway_env.update(self.cloud.env())
+        self.manifest["cloud"] = {"endpoint": self.cloud.endpoint, "stage": topo.prefix, "durability": durability}
+        spool: dict[str, object] = {"path": str(self.out / "audit-wal")}
+        if durability == "local-durable":
+            spool["persistenceClass"] = "persistent"
+        return {
+            "durability": durability,
+            "spool": spool,
+            "sink": {"type": "sqs", "queueName": topo.queue("audit").name},
+        }
 
     def _start_peer(self, name: str) -> None:
         assert self.mock is not None
@@ -238,6 +269,8 @@ class Runner:
         for server in (self.gateway, self.mock):
             if server is not None:
                 server.stop()
+        if self.cloud is not None:
+            self.cloud.stop()
 
     # -- measuring ------------------------------------------------------------------------
 

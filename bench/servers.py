@@ -194,10 +194,10 @@ def measure_first_response(
     raise RuntimeError(f"{server.name} gave no successful response ({last_error}); see {server.log_path}")
 
 
-def _deep_merge(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in overrides.items():
         if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            _deep_merge(base[key], value)
+            deep_merge(base[key], value)
         else:
             base[key] = copy.deepcopy(value)
     return base
@@ -246,7 +246,7 @@ def gateway_config(mock_url: str, faults: str, key_digest: str, overrides: Mappi
             }
         ],
     }
-    return _deep_merge(config, overrides)
+    return deep_merge(config, overrides)
 
 
 def mock_command(workers: int) -> list[str]:

@@ -21,6 +21,7 @@ import os
 import re
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, TextIO
@@ -228,7 +229,24 @@ def _default_store(environ: Mapping[str, str]) -> AuditStore:
     table = environ.get("TOLLWAY_TABLE_AUDIT", "").strip()
     if not table:
         table = stage_audit_table(environ.get("TOLLWAY_STAGE", "").strip())
-    return DynamoDBAuditStore(StoreSettings.from_env(environ, table=table))
+    settings = StoreSettings.from_env(environ, table=table)
+    endpoint = settings.endpoint or ""
+    if urllib.parse.urlsplit(endpoint).hostname in ("127.0.0.1", "localhost", "::1") and not environ.get(
+        "AWS_ACCESS_KEY_ID"
+    ):
+        # The local cloud takes any credentials; a developer's shell should not need AWS ones to read it.
+        import boto3
+
+        region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        client = boto3.client(
+            "dynamodb",
+            endpoint_url=endpoint,
+            region_name=region,
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+        )
+        return DynamoDBAuditStore(settings, client=client)
+    return DynamoDBAuditStore(settings)
 
 
 def main(argv: Sequence[str] | None = None, *, store: AuditStore | None = None, out: TextIO | None = None) -> int:

@@ -140,6 +140,6 @@ def _shipper(cfg: AuditConfig, directory: Path) -> Shipper:
         sink,
         batch_records=sink_cfg.batchSize,
         batch_bytes=cfg.spool.maxBatchBytes,
-        idle_s=0.05,
+        idle_s=sink_cfg.flushIntervalMs / 1000,
         max_backoff_s=5.0,
     )

@@ -153,6 +153,8 @@ class AuditSinkConfig(_Model):
     bootstrapServers: str = ""
     topic: str = "tollway-audit-events"
     batchSize: int = 256
+    flushIntervalMs: int = 500
+    """How often the shipper drains when it has caught up: fewer, fuller sends against delivery delay."""
 
 
 class AuditConfig(_Model):

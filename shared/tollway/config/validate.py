@@ -467,3 +467,5 @@ def _check_audit(audit: AuditConfig, issues: _Issues) -> None:
     if sink.type == "kafka" and not sink.topic.strip():
         issues.add("audit.sink.topic", "is required when sink.type is kafka")
     issues.positive("audit.sink.batchSize", sink.batchSize)
+    if not 1 <= sink.flushIntervalMs <= 60000:
+        issues.add("audit.sink.flushIntervalMs", "must be between 1 and 60000")
