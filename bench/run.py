@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -129,6 +130,8 @@ class Runner:
         self.mock: Server | None = None
         self.gateway: Server | None = None
         self.cloud: LocalCloud | None = None
+        self.kafka_pid: int | None = None
+        self._exit = contextlib.ExitStack()
         self.peers: dict[str, PeerTarget] = {}
         self.failed: dict[str, str] = {}
         """Targets that could not start or died, with the reason."""
@@ -177,7 +180,10 @@ class Runner:
         overrides = dict(profile.gateway.config)
         gateway_env = {PROVIDER_KEY_ENV: self.provider_key}
         if profile.gateway.audit != "off":
-            cloud_audit = self._start_cloud(profile.gateway.audit, gateway_env)
+            if profile.gateway.audit_sink == "kafka":
+                cloud_audit = self._start_kafka(profile.gateway.audit)
+            else:
+                cloud_audit = self._start_cloud(profile.gateway.audit, gateway_env)
             # The profile's own audit: keys (commit delay, say) refine the cloud's block.
             overrides["audit"] = deep_merge(cloud_audit, overrides.get("audit", {}))
         config = gateway_config(self.mock.url, profile.mock.faults, digest, overrides)
@@ -209,6 +215,8 @@ class Runner:
         roots = {"all": os.getpid(), "gateway": self.gateway.pid, "mock": self.mock.pid}
         if self.cloud is not None and self.cloud.proc is not None:
             roots["cloud"] = self.cloud.proc.pid
+        if self.kafka_pid is not None:
+            roots["kafka"] = self.kafka_pid
         roots.update({name: peer.server.pid for name, peer in self.peers.items()})
         self.sampler = ResourceSampler(roots).start()
 
@@ -230,6 +238,24 @@ class Runner:
             "durability": durability,
             "spool": spool,
             "sink": {"type": "sqs", "queueName": topo.queue("audit").name},
+        }
+
+    def _start_kafka(self, durability: str) -> dict[str, object]:
+        """A Tansu broker on a free loopback port with the audit topic; returns the ``audit:`` block."""
+        from tests.support.kafka import create_topic, kafka_broker
+
+        broker = self._exit.enter_context(kafka_broker(self.out / "kafka"))
+        topic = "tollway-audit-bench"
+        create_topic(broker.bootstrap, topic)
+        self.kafka_pid = broker.proc.pid
+        self.manifest["kafka"] = {"bootstrap": broker.bootstrap, "topic": topic, "durability": durability}
+        spool: dict[str, object] = {"path": str(self.out / "audit-wal")}
+        if durability == "local-durable":
+            spool["persistenceClass"] = "persistent"
+        return {
+            "durability": durability,
+            "spool": spool,
+            "sink": {"type": "kafka", "bootstrapServers": broker.bootstrap, "topic": topic},
         }
 
     def _start_peer(self, name: str) -> None:
@@ -271,6 +297,7 @@ class Runner:
                 server.stop()
         if self.cloud is not None:
             self.cloud.stop()
+        self._exit.close()
 
     # -- measuring ------------------------------------------------------------------------
 

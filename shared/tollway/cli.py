@@ -114,11 +114,48 @@ def _check_config(config_path: str) -> None:
         raise SystemExit(2) from None
 
 
+def _start_audit_shipper(config_path: str, workers: int) -> subprocess.Popen[bytes] | None:
+    """When the audit trail is on, ship the workers' WALs from a process of its own.
+
+    Shipping inside a worker put the sink client's CPU and threads on the request path's GIL
+    (docs/benchmarks.md); the ship process exits on its own if this process dies.
+    """
+    from tollway.config.loader import load_config
+
+    if load_config(Path(config_path)).audit.sink.type == "none":
+        return None
+    os.environ["TOLLWAY_AUDIT_SHIPPER"] = "external"  # the workers, spawned after this, append only
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tollway.audit.ship_process",
+            "--config",
+            config_path,
+            "--workers",
+            str(workers),
+            "--parent",
+            str(os.getpid()),
+        ],
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def run_server(sock: socket.socket, config_path: str, workers: int, log_level: str, access_log: bool) -> None:
-    if workers == 1:
-        _worker(sock, config_path, log_level, access_log)
-    else:
-        _supervise(sock, config_path, workers, log_level, access_log)
+    shipper = _start_audit_shipper(config_path, workers)
+    try:
+        if workers == 1:
+            _worker(sock, config_path, log_level, access_log)
+        else:
+            _supervise(sock, config_path, workers, log_level, access_log)
+    finally:
+        if shipper is not None:
+            shipper.terminate()  # it drains once more, bounded, then exits
+            try:
+                shipper.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                shipper.kill()
+                shipper.wait(timeout=5)
 
 
 def serve(config_path: str, host: str, port: int, workers: int, log_level: str, access_log: bool) -> None:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from tollway.audit.wal import WalWriter
     from tollway.config.schema import AuditConfig
 
-__all__ = ["AuditPipeline", "wal_directory"]
+__all__ = ["AuditPipeline", "build_sink", "external_shipper", "wal_directory", "wal_root"]
 
 log = logging.getLogger("tollway.audit")
 
@@ -45,10 +45,19 @@ _WAL_PUBLIC = (
 _SHIPPER_PUBLIC = ("acked", "lag", "shipped_records", "shipped_messages", "failures", "backoff_s")
 
 
+def wal_root(cfg: AuditConfig) -> Path:
+    """The directory holding every worker's WAL: ``$TOLLWAY_AUDIT_WAL_DIR``, else ``spool.path``."""
+    return Path(os.environ.get("TOLLWAY_AUDIT_WAL_DIR") or cfg.spool.path)
+
+
 def wal_directory(cfg: AuditConfig) -> Path:
-    base = os.environ.get("TOLLWAY_AUDIT_WAL_DIR") or cfg.spool.path
-    index = int(os.environ.get("TOLLWAY_WORKER_INDEX", "0"))
-    return Path(base) / f"worker-{index}"
+    return wal_root(cfg) / f"worker-{int(os.environ.get('TOLLWAY_WORKER_INDEX', '0'))}"
+
+
+def external_shipper() -> bool:
+    """True when another process ships this process's WAL: the Lambda extension, or the
+    ``tollway.audit.ship_process`` that ``tollway serve`` starts (``TOLLWAY_AUDIT_SHIPPER=external``)."""
+    return bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME")) or os.environ.get("TOLLWAY_AUDIT_SHIPPER") == "external"
 
 
 @dataclass
@@ -56,6 +65,7 @@ class AuditPipeline:
     recorder: AuditRecorder
     writer: WalWriter
     shipper: Shipper | None
+    directory: Path = Path()
     _stop: asyncio.Event | None = None
     _task: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -91,7 +101,7 @@ class AuditPipeline:
             content_mode=cfg.contentMode,
         )
         shipper = _shipper(cfg, directory) if ship else None
-        return cls(recorder=recorder, writer=writer, shipper=shipper)
+        return cls(recorder=recorder, writer=writer, shipper=shipper, directory=directory)
 
     def start(self) -> None:
         """Start the shipper task on the running loop (server mode)."""
@@ -117,29 +127,40 @@ class AuditPipeline:
         if self.shipper is not None:
             shipped = self.shipper.stats()
             out["shipper"] = {k: shipped[k] for k in _SHIPPER_PUBLIC if k in shipped}
+        else:
+            from tollway.audit.wal import WalError, WalReader
+
+            # Shipped by another process: its durable acknowledgement checkpoint says how far.
+            try:
+                out["shipper"] = {"external": True, "acked": WalReader(self.directory).acked}
+            except WalError:
+                out["shipper"] = {"external": True, "acked": None}
         return out
 
 
-def _shipper(cfg: AuditConfig, directory: Path) -> Shipper:
-    from tollway.audit.shipper import Shipper
+def build_sink(cfg: AuditConfig) -> Any:
+    """The configured sink: the SQS queue (``sink.queueName`` or ``$TOLLWAY_QUEUE_AUDIT``) or Kafka."""
     from tollway.audit.sinks import KafkaSink, SqsSink
-    from tollway.audit.wal import WalReader
 
     sink_cfg = cfg.sink
-    sink: Any
     if sink_cfg.type == "sqs":
         queue = sink_cfg.queueName or os.environ.get("TOLLWAY_QUEUE_AUDIT", "")
         if not queue:
             raise RuntimeError("audit.sink.type is sqs but neither audit.sink.queueName nor TOLLWAY_QUEUE_AUDIT is set")
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        sink = SqsSink(queue, os.environ.get("AWS_ENDPOINT_URL"), region, dict(os.environ))
-    else:
-        sink = KafkaSink(sink_cfg.bootstrapServers, sink_cfg.topic)
+        return SqsSink(queue, os.environ.get("AWS_ENDPOINT_URL"), region, dict(os.environ))
+    return KafkaSink(sink_cfg.bootstrapServers, sink_cfg.topic)
+
+
+def _shipper(cfg: AuditConfig, directory: Path) -> Shipper:
+    from tollway.audit.shipper import Shipper
+    from tollway.audit.wal import WalReader
+
     return Shipper(
         WalReader(directory),
-        sink,
-        batch_records=sink_cfg.batchSize,
+        build_sink(cfg),
+        batch_records=cfg.sink.batchSize,
         batch_bytes=cfg.spool.maxBatchBytes,
-        idle_s=sink_cfg.flushIntervalMs / 1000,
+        idle_s=cfg.sink.flushIntervalMs / 1000,
         max_backoff_s=5.0,
     )

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tollway.api.chat_request import parse_body, to_canonical
 from tollway.api.chat_response import ChunkRenderer, render_completion
 from tollway.api.errors import error_body, error_headers
-from tollway.audit.pipeline import AuditPipeline
+from tollway.audit.pipeline import AuditPipeline, external_shipper
 from tollway.canonical import StreamFinish, TextDelta, ToolCallDelta, Usage, UsageEvidence, estimate_tokens
 from tollway.exceptions import (
     DeadlineExceeded,
@@ -384,8 +384,9 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
         raise RuntimeError("no config: pass config_path or set TOLLWAY_CONFIG")
     runtime = GatewayRuntime.load(path)
     on_lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
-    # On Lambda the WAL-shipper extension ships; in server mode a task of this process does.
-    runtime.audit = AuditPipeline.open(runtime.audit_config, ship=not on_lambda)
+    # On Lambda the WAL-shipper extension ships, under tollway serve its ship process; a task of
+    # this process does only when the app runs under some other server.
+    runtime.audit = AuditPipeline.open(runtime.audit_config, ship=not external_shipper())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
