@@ -231,14 +231,7 @@ class Runner:
         bootstrap(topo, endpoint=self.cloud.endpoint, region=self.cloud.region, env=self.cloud.env())
         gateway_env.update(self.cloud.env())
         self.manifest["cloud"] = {"endpoint": self.cloud.endpoint, "stage": topo.prefix, "durability": durability}
-        spool: dict[str, object] = {"path": str(self.out / "audit-wal")}
-        if durability == "local-durable":
-            spool["persistenceClass"] = "persistent"
-        return {
-            "durability": durability,
-            "spool": spool,
-            "sink": {"type": "sqs", "queueName": topo.queue("audit").name},
-        }
+        return self._audit_block(durability, {"type": "sqs", "queueName": topo.queue("audit").name})
 
     def _start_kafka(self, durability: str) -> dict[str, object]:
         """A Tansu broker on a free loopback port with the audit topic; returns the ``audit:`` block."""
@@ -249,14 +242,14 @@ class Runner:
         create_topic(broker.bootstrap, topic)
         self.kafka_pid = broker.proc.pid
         self.manifest["kafka"] = {"bootstrap": broker.bootstrap, "topic": topic, "durability": durability}
+        return self._audit_block(durability, {"type": "kafka", "bootstrapServers": broker.bootstrap, "topic": topic})
+
+    def _audit_block(self, durability: str, sink: dict[str, object]) -> dict[str, object]:
+        """The generated config's ``audit:`` block: the WAL under the run's directory, and ``sink``."""
         spool: dict[str, object] = {"path": str(self.out / "audit-wal")}
         if durability == "local-durable":
             spool["persistenceClass"] = "persistent"
-        return {
-            "durability": durability,
-            "spool": spool,
-            "sink": {"type": "kafka", "bootstrapServers": broker.bootstrap, "topic": topic},
-        }
+        return {"durability": durability, "spool": spool, "sink": sink}
 
     def _start_peer(self, name: str) -> None:
         assert self.mock is not None

@@ -244,10 +244,14 @@ def test_a_gateway_killed_mid_stream_leaves_an_incomplete_attempt_and_nothing_lo
         ) as resp:
             assert resp.status_code == 200
             crashed_id = resp.headers["x-request-id"]
-            first = next(line for line in resp.iter_lines() if line.startswith("data: "))
+            # Keep the line iterator referenced until the kill: a discarded one would close the
+            # response and let the gateway record the disconnect first.
+            lines = resp.iter_lines()
+            first = next(line for line in lines if line.startswith("data: "))
             assert first  # the stream began: the attempt was dispatched and its start is durable
             gw.proc.proc.kill()  # SIGKILL: no shutdown path runs
             gw.proc.proc.wait(10)
+            del lines
     finally:
         gw.proc.stop()
 
