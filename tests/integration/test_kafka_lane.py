@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.audit_events import request_events
 from tests.support.kafka import create_topic, kafka_broker
-from tollway.audit import events
 from tollway.audit.shipper import Shipper
 from tollway.audit.sinks import KafkaAuditConsumer, KafkaSink, SinkUnavailable
 from tollway.audit.wal import WalLimits, WalReader, WalWriter
@@ -32,68 +32,6 @@ pytestmark = [
 ]
 
 LIMITS = WalLimits(max_bytes=8 << 20, segment_bytes=256 << 10, max_record_bytes=64 << 10)
-
-
-def lifecycle(request_id: str, attempts: int) -> list[bytes]:
-    """admitted, (started, finished) per attempt, finished: one request's events in append order."""
-    digest = "k" * 64
-    out = [
-        events.request_admitted(
-            request_id=request_id,
-            root_digest=digest,
-            principal_id="svc-k",
-            tenant="acme",
-            team=None,
-            key_id="key-k",
-            alias="chat-default",
-            stream=True,
-            content_mode="metadata-only",
-            max_attempts=attempts,
-        )
-    ]
-    for n in range(1, attempts + 1):
-        out.append(
-            events.attempt_started(
-                request_id=request_id,
-                root_digest=digest,
-                attempt=n,
-                route_id="r1",
-                deployment_id="d1",
-                provider_format="openai_chat",
-                physical_model="m",
-                reason="first",
-            )
-        )
-        out.append(
-            events.attempt_finished(
-                request_id=request_id,
-                root_digest=digest,
-                attempt=n,
-                route_id="r1",
-                deployment_id="d1",
-                outcome="ok",
-                error_category=None,
-                upstream_status=200,
-                first_token_ms=3.0,
-                total_ms=9.0,
-            )
-        )
-    out.append(
-        events.request_finished(
-            request_id=request_id,
-            root_digest=digest,
-            status=200,
-            outcome="ok",
-            error_code=None,
-            attempts=attempts,
-            admission_ms=0.2,
-            total_ms=12.0,
-            usage=None,
-            usage_evidence="unknown",
-            cancellation=None,
-        )
-    )
-    return [e.encode() for e in out]
 
 
 async def test_wal_records_cross_kafka_once_and_in_order(tmp_path: Path) -> None:
@@ -113,7 +51,7 @@ async def test_wal_records_cross_kafka_once_and_in_order(tmp_path: Path) -> None
         payloads: list[bytes] = []
         try:
             for i in range(60):
-                for payload in lifecycle(f"req-{i:03d}", 1 + i % 3):
+                for payload in request_events(f"req-{i:03d}", 1 + i % 3):
                     writer.append(payload)
                     payloads.append(payload)
                 if i % 20 == 19:

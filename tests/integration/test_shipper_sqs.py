@@ -25,7 +25,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tollway.audit import events
+from tests.support.audit_events import request_events
 from tollway.audit.shipper import Shipper
 from tollway.audit.sinks import SqsSink
 from tollway.audit.wal import WalLimits, WalReader, WalWriter
@@ -37,69 +37,6 @@ pytestmark = pytest.mark.local_cloud
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "layers" / "extension" / "extensions" / "tollway-wal-shipper"
 LIMITS = WalLimits(max_bytes=8 << 20, segment_bytes=256 << 10, max_record_bytes=64 << 10)
-
-
-def request_events(request_id: str, attempts: int) -> list[bytes]:
-    """One logical request's events in append order: admitted, (started, finished) per attempt, finished."""
-    digest = "d" * 64
-    out = [
-        events.request_admitted(
-            request_id=request_id,
-            root_digest=digest,
-            principal_id="svc-a",
-            tenant="acme",
-            team="search",
-            key_id="key-1",
-            alias="chat-default",
-            stream=attempts % 2 == 0,
-            content_mode="metadata-only",
-            max_attempts=3,
-        )
-    ]
-    for n in range(1, attempts + 1):
-        last = n == attempts
-        out.append(
-            events.attempt_started(
-                request_id=request_id,
-                root_digest=digest,
-                attempt=n,
-                route_id="r1",
-                deployment_id=f"dep-{n}",
-                provider_format="openai_chat",
-                physical_model="gpt-x",
-                reason="first" if n == 1 else "retry",
-            )
-        )
-        out.append(
-            events.attempt_finished(
-                request_id=request_id,
-                root_digest=digest,
-                attempt=n,
-                route_id="r1",
-                deployment_id=f"dep-{n}",
-                outcome="ok" if last else "error",
-                error_category=None if last else "server_error",
-                upstream_status=200 if last else 503,
-                first_token_ms=12.5 if last else None,
-                total_ms=40.0,
-            )
-        )
-    out.append(
-        events.request_finished(
-            request_id=request_id,
-            root_digest=digest,
-            status=200,
-            outcome="ok",
-            error_code=None,
-            attempts=attempts,
-            admission_ms=0.4,
-            total_ms=90.0,
-            usage={"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
-            usage_evidence="provider-reported",
-            cancellation=None,
-        )
-    )
-    return [e.encode() for e in out]
 
 
 def interleaved(prefix: str, requests: int) -> list[bytes]:
