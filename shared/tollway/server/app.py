@@ -31,6 +31,7 @@ from tollway.api.chat_request import parse_body, to_canonical
 from tollway.api.chat_response import ChunkRenderer, render_completion
 from tollway.api.errors import error_body, error_headers
 from tollway.audit.pipeline import AuditPipeline, external_shipper
+from tollway.audit.recorder import AuditRecorder
 from tollway.canonical import StreamFinish, TextDelta, ToolCallDelta, Usage, UsageEvidence, estimate_tokens
 from tollway.exceptions import (
     DeadlineExceeded,
@@ -168,6 +169,23 @@ def _log_access(ctx: RequestContext | None, principal: Principal | None, status:
     access_log.info(orjson.dumps(record).decode())
 
 
+async def _finish(
+    audit: AuditRecorder | None,
+    ctx: RequestContext | None,
+    principal: Principal | None,
+    rid: str,
+    status: int,
+    code: str | None,
+    stream: bool,
+    admitted_at: float,
+) -> None:
+    """The one end of every chat request: the access-log line, then the audit trail's terminal
+    event when the request was admitted to it (``admitted_at`` is set once its first event is in)."""
+    _log_access(ctx, principal, status, stream, rid)
+    if audit is not None and ctx is not None and admitted_at:
+        await audit.request_finished(ctx, status=status, error_code=code, stream=stream, admitted_at=admitted_at)
+
+
 async def list_models(request: Request) -> Response:
     root = _runtime(request).holder.root
     try:
@@ -239,21 +257,13 @@ async def chat_completions(request: Request) -> Response:
         async with _cancel_on_disconnect(request):
             result = await runtime.gateway.complete(ctx, creq)
         body = render_completion(response_id, created, plan.name, result)
-        _log_access(ctx, principal, 200, False, rid)
-        if audit is not None:
-            await audit.request_finished(ctx, status=200, error_code=None, stream=False, admitted_at=admitted_at)
+        await _finish(audit, ctx, principal, rid, 200, None, False, admitted_at)
         return Response(body, media_type=_JSON)
     except GatewayError as err:
-        _log_access(ctx, principal, err.status, stream, rid)
-        if audit is not None and ctx is not None and admitted_at:
-            await audit.request_finished(
-                ctx, status=err.status, error_code=err.code, stream=stream, admitted_at=admitted_at
-            )
+        await _finish(audit, ctx, principal, rid, err.status, err.code, stream, admitted_at)
         return _error(err)
     except (ClientDisconnect, _ClientGone):
-        _log_access(ctx, principal, 499, stream, rid)
-        if audit is not None and ctx is not None and admitted_at:
-            await audit.request_finished(ctx, status=499, error_code=None, stream=stream, admitted_at=admitted_at)
+        await _finish(audit, ctx, principal, rid, 499, None, stream, admitted_at)
         return Response(status_code=499)
     finally:
         if admitted:
@@ -331,13 +341,10 @@ class _StreamSession:
             await self._committed.aclose(self._error)
         finally:
             self._runtime.admission.release(True)
-            ctx = self._ctx
-            _log_access(ctx, ctx.principal, self._status, True, ctx.request_id)
-            if ctx.audit is not None and self._runtime.audit is not None:
-                code = "provider_error" if self._status == 502 else None
-                await self._runtime.audit.recorder.request_finished(
-                    ctx, status=self._status, error_code=code, stream=True, admitted_at=self._admitted_at
-                )
+            ctx, pipeline = self._ctx, self._runtime.audit
+            code = "provider_error" if self._status == 502 else None
+            audit = pipeline.recorder if pipeline is not None else None
+            await _finish(audit, ctx, ctx.principal, ctx.request_id, self._status, code, True, self._admitted_at)
 
 
 async def healthz(request: Request) -> Response:
