@@ -2,10 +2,17 @@
 
 Starlette's ``StreamingResponse`` only notices a disconnect on its next write under ASGI 2.4,
 which can be a whole upstream stall away. Here one listener task per stream (never one per
-chunk) watches ``receive`` and cancels the writer, so the upstream call is cancelled promptly.
-Each ``send`` is bounded by the write-progress deadline (uvicorn's ``send`` waits for the
-socket to drain, so a slow reader pauses the upstream read, then is cut off), and the whole
-stream by an absolute lifetime that nothing extends.
+chunk) watches ``receive`` and cancels the stream, so the upstream call is cancelled promptly.
+
+The frames are written by the request's own task, so the first one leaves in the same loop
+iteration that produced it instead of waiting a turn for a writer task to be scheduled (that
+hop cost time to first token under load: docs/benchmarks.md).
+
+Each ``send`` is bounded by the write-progress deadline: uvicorn's ``send`` waits while the
+socket is paused, so a slow reader pauses the upstream read, then is cut off. One watchdog timer
+per stream checks the send in progress, rather than an ``asyncio.timeout`` (a timer armed and
+cancelled) around every frame. The whole stream is bounded by an absolute lifetime that nothing
+extends.
 """
 
 from __future__ import annotations
@@ -13,15 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from typing import Literal
 
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 __all__ = ["SseResponse"]
 
-
-class _ReaderStalled(Exception):
-    """The client made no write progress within the deadline."""
+_Cut = Literal["disconnect", "stalled"]
 
 
 class SseResponse(Response):
@@ -51,22 +57,19 @@ class SseResponse(Response):
         self._write_timeout_s = write_timeout_s
         self._lifetime_s = lifetime_s
         self._lifetime_frame = lifetime_frame
+        self._sending_since = -1.0
+        """Loop time at which the send in progress began; negative while no send is waiting."""
+        self._cut: _Cut | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
 
-    async def _send_bounded(self, send: Send, message: Message) -> None:
-        try:
-            async with asyncio.timeout(self._write_timeout_s):
-                await send(message)
-        except TimeoutError:
-            raise _ReaderStalled from None
-
-    async def _write(self, send: Send) -> None:
+    async def _write(self, send: Send, loop: asyncio.AbstractEventLoop) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         try:
             async with asyncio.timeout(self._lifetime_s):
                 async for frame in self._frames:
-                    await self._send_bounded(send, {"type": "http.response.body", "body": frame, "more_body": True})
-        except _ReaderStalled:
-            return  # the client is not reading: no frame would reach it, so just close
+                    self._sending_since = loop.time()
+                    await send({"type": "http.response.body", "body": frame, "more_body": True})
+                    self._sending_since = -1.0
         except TimeoutError:
             await self._frames.aclose()
             with contextlib.suppress(Exception):
@@ -75,26 +78,49 @@ class SseResponse(Response):
         async with asyncio.timeout(self._write_timeout_s):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    @staticmethod
-    async def _until_disconnect(receive: Receive) -> None:
+    def _watch_progress(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -> None:
+        """Cut the stream off once one send has waited for the write-progress deadline."""
+        since = self._sending_since
+        now = loop.time()
+        if since >= 0 and now - since >= self._write_timeout_s:
+            if self._cut is None:
+                self._cut = "stalled"
+                task.cancel()
+            return
+        due = (since if since >= 0 else now) + self._write_timeout_s
+        self._watchdog = loop.call_at(due, self._watch_progress, loop, task)
+
+    async def _until_disconnect(self, receive: Receive, task: asyncio.Task[None]) -> None:
         while True:
             message: Message = await receive()
             if message["type"] == "http.disconnect":
+                if self._cut is None:
+                    self._cut = "disconnect"
+                    task.cancel()
                 return
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        writer = asyncio.ensure_future(self._write(send))
-        listener = asyncio.ensure_future(self._until_disconnect(receive))
+        loop = asyncio.get_running_loop()
+        task: asyncio.Task[None] | None = asyncio.current_task()
+        assert task is not None
+        listener = loop.create_task(self._until_disconnect(receive, task))
+        self._watchdog = loop.call_at(loop.time() + self._write_timeout_s, self._watch_progress, loop, task)
         try:
-            await asyncio.wait({writer, listener}, return_when=asyncio.FIRST_COMPLETED)
+            await self._write(send, loop)
+        except asyncio.CancelledError:
+            # Our own cut (the client left, or stopped reading): close quietly. Any other
+            # cancellation (server shutdown) propagates.
+            if self._cut is None or task.uncancel() > 0:
+                raise
+        except (OSError, TimeoutError):
+            pass  # the final empty frame could not be written: the client is gone or stalled
         finally:
-            for task in (writer, listener):
-                if not task.done():
-                    task.cancel()
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+            listener.cancel()
             try:
-                for task in (writer, listener):
-                    with contextlib.suppress(asyncio.CancelledError, OSError, TimeoutError, _ReaderStalled):
-                        await task
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await listener
             finally:
                 try:
                     await self._frames.aclose()
