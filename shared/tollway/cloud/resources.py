@@ -243,6 +243,16 @@ def topology(prefix: str = DEFAULT_PREFIX) -> Topology:
                 triggers=(QueueTrigger("audit", batch_size=10, max_batching_window_s=1),),
                 grants=(Grant("queue", "audit", "consume"), Grant("table", "audit", "read-write")),
             ),
+            FunctionSpec(
+                key="pricing-refresh",
+                name=f"{p}-pricing-refresh",
+                handler="functions.pricing_refresh.handler.handler",
+                source_dir="functions/pricing_refresh",
+                timeout_s=60,
+                schedules=(ScheduleTrigger("pricing-refresh", "rate(15 minutes)"),),
+                # read-write: it reads the current pointer and checks a snapshot exists before writing.
+                grants=(Grant("bucket", "pricing", "read-write"), Grant("bucket", "config", "read")),
+            ),
         ),
         gateway=FunctionSpec(
             key="gateway",

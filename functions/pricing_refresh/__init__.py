@@ -1,0 +1,1 @@
+"""The pricing-refresh function: configured pricing sources → a new immutable snapshot and its pointer."""
