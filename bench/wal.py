@@ -2,7 +2,8 @@
 
 ``python -m bench.wal [--seconds 2] [--appenders 1,8,64] [--dir DIR]`` runs, in a fresh WAL
 directory under ``--dir`` (default: the system temp dir; point it at the volume you would spool
-to, since fdatasync cost is the volume's), with a realistic 600-byte audit event as the payload:
+to, since fdatasync cost is the volume's), with a realistic 768-byte audit event as the payload
+(600 bytes before ``request_finished`` carried identity and cost):
 
 1. **Throughput**, for ``bounded-async`` (``durable=False``) and ``local-durable``
    (``durable=True``): one thread appends as fast as it can for ``--seconds``, while a
@@ -37,7 +38,7 @@ from bench.stats import Histogram
 from tollway.audit import events
 from tollway.audit.wal import COMMIT_WAIT_BUCKETS_S, WalFull, WalLimits, WalReader, WalWriter
 
-PAYLOAD_BYTES: Final = 600
+PAYLOAD_BYTES: Final = 768
 LIMITS: Final = WalLimits()
 ACK_INTERVAL_S: Final = 0.05
 DRAIN_TIMEOUT_S: Final = 30.0
@@ -59,6 +60,11 @@ def audit_payload(size: int = PAYLOAD_BYTES) -> bytes:
             usage={"prompt_tokens": 812, "completion_tokens": 164, "total_tokens": 976},
             usage_evidence="provider-reported",
             cancellation=None,
+            principal_id="p-1",
+            tenant="t-1",
+            team=None,
+            key_id="k-1",
+            alias="chat-fast-v1",
         )
         body = dict(event.body, note=pad)
         return events.AuditEvent(

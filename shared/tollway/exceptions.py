@@ -27,9 +27,12 @@ translated into a client-facing ``GatewayError`` only at the end of the attempt 
     │   ├── ModelUnavailable             503 model_unavailable
     │   ├── Overloaded                   503 overloaded
     │   ├── AuditUnavailable             503 audit_unavailable
+    │   ├── BudgetUnavailable            503 budget_unavailable (hard limits fail closed)
     │   └── DeadlineExceeded             504 deadline_exceeded
     ├── UpstreamError                    one attempt failed; typed by UpstreamCategory
-    └── SinkUnavailable                  the audit shipper's queue or topic refused a batch (tollway.audit.sinks)
+    ├── SinkUnavailable                  the audit shipper's queue or topic refused a batch (tollway.audit.sinks)
+    ├── LeaseStoreUnavailable            the quota-leases store failed (tollway.governance.lease_stores)
+    └── PricingError                     a pricing source or snapshot is bad or unreadable (tollway.pricing)
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ __all__ = [
     "AuditUnavailable",
     "AuthenticationFailed",
     "BudgetExceeded",
+    "BudgetUnavailable",
     "ConfigError",
     "ConfigIssue",
     "ContextLengthExceeded",
@@ -200,6 +204,16 @@ class AuditUnavailable(GatewayError):
     code = "audit_unavailable"
     type = "server_error"
     default_message = "The gateway cannot record this request right now. Retry later."
+
+
+class BudgetUnavailable(GatewayError):
+    """The shared budget store cannot be reached and the local lease is spent: hard limits fail
+    closed, so the request is refused before any provider work."""
+
+    status = 503
+    code = "budget_unavailable"
+    type = "server_error"
+    default_message = "Budgets cannot be checked right now, so the request was not sent. Retry shortly."
 
 
 class DeadlineExceeded(GatewayError):

@@ -30,7 +30,8 @@ from tollway.canonical import (
     estimate_tokens,
 )
 from tollway.config.root import PublishedRoot
-from tollway.exceptions import GatewayError, ModelUnavailable, UpstreamCategory, UpstreamError
+from tollway.exceptions import GatewayError, ModelUnavailable, RateLimited, UpstreamCategory, UpstreamError
+from tollway.governance.meter import Admitted, Governor
 from tollway.governance.principals import Principal
 from tollway.routing.plan import AliasPlan, RouteTarget
 from tollway.sse import SseFrameTooLarge, aiter_sse
@@ -91,6 +92,10 @@ class RequestContext:
     read 2.5 KB from the OS each time (py-spy showed it on the hot path); tests pass their own."""
     audit: AttemptAudit | None = None
     """Set when the audit trail is on: told of each attempt before dispatch and when it settles."""
+    governance: Admitted | None = None
+    """What admission reserved for this request (``None``: no policy applies to its key and alias)."""
+    reserved_tokens: int = 0
+    """The input estimate plus the maximum output: what a dispatch takes from its quota group's TPM."""
 
 
 class CommittedStream:
@@ -161,8 +166,12 @@ class CommittedStream:
 class Gateway:
     """Executes requests against the targets of their alias plan."""
 
-    def __init__(self, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    def __init__(
+        self, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, governor: Governor | None = None
+    ) -> None:
         self._sleep = sleep
+        self.governor = governor
+        """Takes each target's quota-group capacity before dispatch (``None``: no capacity limits)."""
 
     async def complete(self, ctx: RequestContext, req: CanonicalRequest) -> CanonicalResponse:
         async def attempt(target: RouteTarget, record: AttemptRecord) -> CanonicalResponse:
@@ -223,23 +232,26 @@ class Gateway:
     ) -> _T:
         """Walk the plan under one attempt budget; return the first success."""
         plan = ctx.plan
-        loop = asyncio.get_running_loop()
         last_error: UpstreamError | None = None
         failed_at: dict[str, float | None] = {}
+        limited_accounts: dict[str, str] = {}
+        """Provider account → the deployment it answered 429 on: its other deployments are skipped."""
+        saturated = False
         n = 0
         while n < plan.retry.max_attempts:
             order = list(plan.attempt_order(ctx.rng))
             if not order:
                 break
+            before = n
             for target in order:
                 if n >= plan.retry.max_attempts:
                     break
+                blocked = await self._blocked(ctx, target, limited_accounts)
+                if blocked:
+                    saturated = saturated or blocked == "capacity"
+                    continue
                 if target.deployment.id in failed_at:
-                    delay = plan.retry.backoff(n, failed_at[target.deployment.id], ctx.rng)
-                    if loop.time() + delay >= ctx.deadline:
-                        raise self._final(last_error)
-                    if delay > 0:
-                        await self._sleep(delay)
+                    await self._backoff(ctx, n, failed_at[target.deployment.id], last_error)
                 n += 1
                 await self._audit_start(ctx, n, target, target.deployment.id in failed_at)
                 record = AttemptRecord(n, target.route_id, target.deployment.id, time.monotonic())
@@ -273,10 +285,53 @@ class Gateway:
                         target.health.on_success(record.ended - record.started)
                         self._settled(ctx, record)
                     return result
-                if not self._retryable(last_error, plan):
-                    raise last_error.to_gateway_error()
-                failed_at[target.deployment.id] = last_error.retry_after
+                self._after_failure(last_error, target, plan, failed_at, limited_accounts)
+            if n == before:
+                break  # every target was skipped: nothing left to try
+        if saturated and last_error is None:
+            raise RateLimited("The provider capacity approved for this model is in use. Retry shortly.", retry_after=1)
         raise self._final(last_error)
+
+    async def _backoff(
+        self, ctx: RequestContext, n: int, retry_after: float | None, last_error: UpstreamError | None
+    ) -> None:
+        """Wait before trying a target again; give up when the wait would pass the deadline."""
+        delay = ctx.plan.retry.backoff(n, retry_after, ctx.rng)
+        if asyncio.get_running_loop().time() + delay >= ctx.deadline:
+            raise self._final(last_error)
+        if delay > 0:
+            await self._sleep(delay)
+
+    async def _blocked(
+        self, ctx: RequestContext, target: RouteTarget, limited_accounts: dict[str, str]
+    ) -> Literal["", "account", "capacity"]:
+        """Why ``target`` is skipped: its account answered 429 on another of its deployments (that
+        is the same capacity under another name, never a way around the limit), or its quota group
+        is at its approved RPM/TPM. Otherwise its capacity is taken."""
+        dep = target.deployment
+        if limited_accounts.get(dep.provider_account_id, dep.id) != dep.id:
+            return "account"
+        governor = self.governor
+        gov = ctx.root.governance
+        capacity = gov.capacity.get(dep.quota_group_id) if governor is not None else None
+        if capacity and governor is not None:
+            if not await governor.take_capacity(ctx.governance, capacity, ctx.reserved_tokens, gov.lease_wait_s):
+                return "capacity"
+        return ""
+
+    def _after_failure(
+        self,
+        err: UpstreamError,
+        target: RouteTarget,
+        plan: AliasPlan,
+        failed_at: dict[str, float | None],
+        limited_accounts: dict[str, str],
+    ) -> None:
+        if not self._retryable(err, plan):
+            raise err.to_gateway_error()
+        failed_at[target.deployment.id] = err.retry_after
+        if err.category is UpstreamCategory.RATE_LIMIT:
+            limited_accounts.setdefault(target.deployment.provider_account_id, target.deployment.id)
 
     @staticmethod
     async def _audit_start(ctx: RequestContext, n: int, target: RouteTarget, tried_before: bool) -> None:

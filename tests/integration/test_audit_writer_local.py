@@ -111,6 +111,11 @@ def lifecycle(rid: str, principal: str, *, complete: bool, later_ms: int = 0) ->
                 usage={"prompt_tokens": 21, "completion_tokens": 34, "total_tokens": 55},
                 usage_evidence="provider-reported",
                 cancellation=None,
+                principal_id="p-1",
+                tenant="t-1",
+                team=None,
+                key_id="k-1",
+                alias="chat-fast-v1",
             ),
         ]
     return [dataclasses.replace(e, ts_ms=e.ts_ms + later_ms) for e in events]

@@ -65,6 +65,11 @@ def request_events(request_id: str, attempts: int) -> list[bytes]:
             usage={"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
             usage_evidence="provider-reported",
             cancellation=None,
+            principal_id="p-1",
+            tenant="t-1",
+            team=None,
+            key_id="k-1",
+            alias="chat-fast-v1",
         )
     )
     return [e.encode() for e in out]

@@ -241,14 +241,31 @@ def request_finished(
     usage: Mapping[str, int] | None,
     usage_evidence: UsageEvidenceName,
     cancellation: str | None,
+    principal_id: str,
+    tenant: str,
+    team: str | None,
+    key_id: str,
+    alias: str,
+    cost_micro_usd: int | None = None,
+    pricing_version: str | None = None,
+    pricing_tier: str | None = None,
+    cost_evidence: str | None = None,
 ) -> AuditEvent:
-    """``usage``: prompt/completion/total (and cached/reasoning) tokens; cost comes with pricing."""
+    """``usage``: prompt/completion/total (and cached/reasoning) tokens. ``cost`` is integer micro-USD
+    (``None``: unknown), priced at ``pricingVersion``; ``costEvidence`` says whether it rests on the
+    provider's usage, a local estimate, or the kept reservation. The identity fields repeat
+    ``request_admitted``'s so the usage reconciler needs this one event per request."""
     return _event(
         "request_finished",
         request_id,
         None,
         root_digest,
         {
+            "principalId": principal_id,
+            "tenantId": tenant,
+            "teamId": team,
+            "keyId": key_id,
+            "alias": alias,
             "status": status,
             "outcome": outcome,
             "errorCode": error_code,
@@ -257,8 +274,10 @@ def request_finished(
             "totalMs": round(total_ms, 3),
             "usage": dict(usage) if usage is not None else None,
             "usageEvidence": usage_evidence,
-            "cost": None,
-            "pricingVersion": None,
+            "cost": cost_micro_usd,
+            "pricingVersion": pricing_version,
+            "pricingTier": pricing_tier,
+            "costEvidence": cost_evidence,
             "cancellation": cancellation,
         },
     )

@@ -29,6 +29,7 @@ from tollway.exceptions import AuditUnavailable
 if TYPE_CHECKING:
     from tollway.audit.wal import WalWriter
     from tollway.gateway import AttemptRecord, RequestContext
+    from tollway.governance.meter import CostRecord
     from tollway.routing.plan import RouteTarget
 
 __all__ = ["AuditRecorder"]
@@ -150,6 +151,7 @@ class AuditRecorder:
         error_code: str | None,
         stream: bool,
         admitted_at: float,
+        cost: CostRecord | None = None,
     ) -> None:
         """At the end. A buffered local-durable response waits for it when ``terminalCommitBeforeResponse``.
 
@@ -181,6 +183,15 @@ class AuditRecorder:
                     },
                     usage_evidence="unknown" if usage is None else usage.evidence.value,
                     cancellation="client_disconnected" if status == 499 else None,
+                    principal_id=ctx.principal.id,
+                    tenant=ctx.principal.tenant,
+                    team=ctx.principal.team,
+                    key_id=ctx.principal.key_id,
+                    alias=ctx.plan.name,
+                    cost_micro_usd=cost.micro_usd if cost is not None else None,
+                    pricing_version=cost.pricing_version if cost is not None else None,
+                    pricing_tier=cost.tier if cost is not None else None,
+                    cost_evidence=cost.evidence if cost is not None else None,
                 )
             )
             if self._durable and self._terminal_commit and not stream:

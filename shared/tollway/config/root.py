@@ -10,17 +10,23 @@ state lives in the ``HealthRegistry`` outside every root.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import itertools
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 
 import orjson
 
+from tollway.config.governance import compile_governance, compile_pricing, load_pricing_files, route_prices
 from tollway.config.schema import ModelConfig, ProviderConfig, RouterConfig
 from tollway.exceptions import ConfigError, ConfigIssue
+from tollway.governance.policy import GovernanceSnapshot, PricingView
 from tollway.governance.principals import Principal, key_digest
+from tollway.pricing import PricingSnapshot
 from tollway.providers import FORMAT_CAPABILITIES, codec_for
 from tollway.providers.base import ProviderFormat, Target
 from tollway.routing.health import CircuitPolicy, HealthRegistry
@@ -56,6 +62,10 @@ class PublishedRoot:
     keys: Mapping[str, Principal]
     """Principal by SHA-256 key digest."""
     deployments: Mapping[str, Deployment]
+    governance: GovernanceSnapshot = field(default_factory=GovernanceSnapshot)
+    """Limits per key and alias, capacity per quota group (tollway.governance.policy)."""
+    pricing: PricingView = field(default_factory=lambda: PricingView(None, MappingProxyType({}), MappingProxyType({})))
+    """The pricing sub-snapshot: replaced alone by a pricing-only update."""
 
     def __repr__(self) -> str:
         return f"PublishedRoot(generation={self.generation}, digest={self.digest[:12]})"
@@ -95,6 +105,16 @@ class Publisher:
     _open: list[Transport] = field(default_factory=list)
     """Every transport built and not yet closed, including ones a newer root replaced."""
     _generation: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    config_dir: Path | None = None
+    """Where relative pricing file paths resolve (the config file's folder)."""
+    published_pricing: PricingSnapshot | None = None
+    """The last snapshot loaded from the pricing store; it wins over the config's files on reload."""
+
+    def with_pricing(self, root: PublishedRoot, snapshot: PricingSnapshot) -> PublishedRoot:
+        """A pricing-only update: a new root sharing every other sub-snapshot object with ``root``."""
+        self.published_pricing = snapshot
+        view = compile_pricing(snapshot, root.aliases, root.pricing.routes)
+        return dataclasses.replace(root, generation=next(self._generation), pricing=view)
 
     def publish(self, cfg: RouterConfig) -> PublishedRoot:
         """Compile ``cfg`` (already validated) into a new root. Raises ``ConfigError``."""
@@ -126,6 +146,7 @@ class Publisher:
         deployments = self._deployments(cfg)
         aliases = {m.name: self._plan(m, cfg, deployments, retry, circuit) for m in cfg.models}
         keys = self._keys(cfg)
+        snapshot = self.published_pricing or load_pricing_files(cfg, self.config_dir)
         return PublishedRoot(
             generation=next(self._generation),
             digest=digest,
@@ -133,6 +154,8 @@ class Publisher:
             aliases=MappingProxyType(aliases),
             keys=MappingProxyType(keys),
             deployments=MappingProxyType(deployments),
+            governance=compile_governance(cfg, os.environ.get("TOLLWAY_TABLE_QUOTA_LEASES", "")),
+            pricing=compile_pricing(snapshot, aliases, route_prices(cfg)),
         )
 
     def _deployments(self, cfg: RouterConfig) -> dict[str, Deployment]:

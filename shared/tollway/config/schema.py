@@ -13,12 +13,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "AdmissionConfig",
+    "BudgetConfig",
     "CircuitBreakerConfig",
     "CredentialConfig",
+    "GovernanceConfig",
     "KeyConfig",
+    "LimitsConfig",
     "ModelConfig",
+    "PolicyConfig",
+    "PricingConfig",
     "PrincipalConfig",
     "ProviderConfig",
+    "QuotaGroupConfig",
     "RouteConfig",
     "RouterConfig",
     "RoutingConfig",
@@ -51,6 +57,8 @@ class ProviderConfig(_Model):
     allowInsecureHttp: bool = False
     """Plain http is refused unless the host is loopback or this is set explicitly."""
     anthropicVersion: str = "2023-06-01"
+    pricingProvider: str | None = None
+    """The provider's id in the pricing catalog (``openai``, ``anthropic``); defaults to ``type``."""
 
 
 class RouteConfig(_Model):
@@ -129,6 +137,68 @@ class PrincipalConfig(_Model):
     keys: list[KeyConfig] = Field(default_factory=list)
 
 
+class LimitsConfig(_Model):
+    """Limits of one scope. Unset means no limit at this scope."""
+
+    rpm: int | None = Field(default=None, ge=1)
+    tpm: int | None = Field(default=None, ge=1)
+    maxInputTokens: int | None = Field(default=None, ge=1)
+    maxOutputTokens: int | None = Field(default=None, ge=1)
+    maxConcurrentRequests: int | None = Field(default=None, ge=1)
+    """Per gateway process (docs/governance.md): concurrency is not leased across replicas."""
+    maxConcurrentStreams: int | None = Field(default=None, ge=1)
+
+
+class BudgetConfig(_Model):
+    window: Literal["minute", "day", "month", "lifetime"]
+    usd: float = Field(gt=0, le=1e9)
+
+
+class PolicyConfig(_Model):
+    """Limits and budgets of one scope: ``tenant:<id>``, ``team:<tenant>/<team>``, ``principal:<id>``
+    or ``key:<key id>``, optionally narrowed to one alias. Every policy that matches a request applies."""
+
+    scope: str = Field(min_length=3, max_length=256)
+    alias: str | None = None
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    budgets: list[BudgetConfig] = Field(default_factory=list, max_length=8)
+
+
+class QuotaGroupConfig(_Model):
+    """A provider account's approved capacity, shared by every credential and deployment in the group."""
+
+    rpm: int | None = Field(default=None, ge=1)
+    tpm: int | None = Field(default=None, ge=1)
+
+
+class PricingConfig(_Model):
+    """Where prices come from: a catalog and overrides compiled at load (local), or published
+    snapshots in S3 (``bucket``) that the pricing-refresh function writes (docs/pricing.md)."""
+
+    catalogFile: str = ""
+    """A models.dev-shaped catalog."""
+    overridesFile: str = ""
+    bucket: str = ""
+    """``$TOLLWAY_BUCKET_PRICING`` on AWS; a snapshot there replaces the files' prices when it loads."""
+    prefix: str = "pricing"
+    refreshIntervalMs: int = Field(default=60000, ge=1000)
+
+
+class GovernanceConfig(_Model):
+    """Token and cost governance (docs/governance.md). No policies and no quota groups: off."""
+
+    store: Literal["memory", "dynamodb"] = "memory"
+    """``memory``: counters in this process only (one replica). ``dynamodb``: leases from the shared table."""
+    table: str = ""
+    """The quota-leases table; empty uses ``$TOLLWAY_TABLE_QUOTA_LEASES``."""
+    leaseFraction: float = Field(default=0.02, gt=0, le=1)
+    leaseWaitMs: int = Field(default=1000, ge=0, le=30000)
+    """How long a request may wait for a lease when the local one is empty; then it fails closed."""
+    pricing: PricingConfig = Field(default_factory=PricingConfig)
+    policies: list[PolicyConfig] = Field(default_factory=list)
+    quotaGroups: dict[str, QuotaGroupConfig] = Field(default_factory=dict)
+
+
 class AuditSpoolConfig(_Model):
     """The write-ahead log every audit event passes through (one directory per worker process)."""
 
@@ -185,3 +255,4 @@ class RouterConfig(_Model):
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     principals: list[PrincipalConfig] = Field(default_factory=list)
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    governance: GovernanceConfig = Field(default_factory=GovernanceConfig)

@@ -106,6 +106,7 @@ def validate(cfg: RouterConfig) -> list[ConfigIssue]:
     _check_models(cfg, issues)
     _check_principals(cfg, issues)
     _check_audit(cfg.audit, issues)
+    _check_governance(cfg, issues)
     return issues.items
 
 
@@ -469,3 +470,56 @@ def _check_audit(audit: AuditConfig, issues: _Issues) -> None:
     issues.positive("audit.sink.batchSize", sink.batchSize)
     if not 1 <= sink.flushIntervalMs <= 60000:
         issues.add("audit.sink.flushIntervalMs", "must be between 1 and 60000")
+
+
+_SCOPE_KINDS = ("tenant", "team", "principal", "key")
+
+
+def _known_scopes(cfg: RouterConfig) -> set[str]:
+    scopes: set[str] = set()
+    for p in cfg.principals:
+        scopes.add(f"tenant:{p.tenant}")
+        scopes.add(f"principal:{p.id}")
+        if p.team:
+            scopes.add(f"team:{p.tenant}/{p.team}")
+        scopes.update(f"key:{k.id}" for k in p.keys)
+    return scopes
+
+
+def _check_governance(cfg: RouterConfig, issues: _Issues) -> None:
+    gov = cfg.governance
+    aliases = {m.name for m in cfg.models}
+    known = _known_scopes(cfg)
+    seen: dict[tuple[str, str | None], int] = {}
+    for i, policy in enumerate(gov.policies):
+        path = f"governance.policies[{i}]"
+        kind = policy.scope.partition(":")[0]
+        if kind not in _SCOPE_KINDS or ":" not in policy.scope or "#" in policy.scope:
+            issues.add(f"{path}.scope", f"must be one of {', '.join(k + ':<id>' for k in _SCOPE_KINDS)}")
+        elif policy.scope not in known:
+            issues.add(f"{path}.scope", f"{policy.scope!r} matches no configured principal, team, tenant or key")
+        if policy.alias is not None and policy.alias not in aliases:
+            issues.add(f"{path}.alias", f"unknown model alias {policy.alias!r}")
+        where = (policy.scope, policy.alias)
+        if where in seen:
+            issues.add(path, f"a second policy for the same scope and alias (also governance.policies[{seen[where]}])")
+        seen.setdefault(where, i)
+        windows = [b.window for b in policy.budgets]
+        if len(set(windows)) != len(windows):
+            issues.add(f"{path}.budgets", "at most one budget per window")
+    groups = {p.quotaGroupId or name for name, p in cfg.providers.items()}
+    for name in gov.quotaGroups:
+        if name not in groups:
+            issues.add(yaml_path("governance", "quotaGroups", name), "no provider declares this quotaGroupId")
+    accounts: dict[str, str] = {}
+    for name, p in cfg.providers.items():
+        group, account = p.quotaGroupId or name, p.providerAccountId or name
+        if accounts.setdefault(group, account) != account:
+            issues.add(
+                yaml_path("providers", name, "quotaGroupId"),
+                f"quota group {group!r} already belongs to account {accounts[group]!r}: "
+                "a group is one account's capacity",
+            )
+    pricing = gov.pricing
+    if pricing.bucket and (pricing.catalogFile or pricing.overridesFile):
+        issues.add("governance.pricing", "set either bucket or the catalog/overrides files, not both")

@@ -349,6 +349,10 @@ class LocalLedger:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
 
+    def now(self) -> float:
+        """The ledger's clock (epoch seconds): what decides the window."""
+        return self._clock()
+
     # ------------------------------------------------------------ request path (synchronous)
 
     def try_reserve(self, limit: Limit, amount: int) -> Reservation | Denial:

@@ -32,8 +32,16 @@ from tollway.api.chat_request import parse_body, to_canonical
 from tollway.api.chat_response import ChunkRenderer, render_completion
 from tollway.api.errors import error_body, error_headers
 from tollway.audit.pipeline import AuditPipeline, external_shipper
-from tollway.audit.recorder import AuditRecorder
-from tollway.canonical import StreamFinish, TextDelta, ToolCallDelta, Usage, UsageEvidence, estimate_tokens
+from tollway.canonical import (
+    CanonicalRequest,
+    StreamFinish,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+    UsageEvidence,
+    estimate_request_tokens,
+    estimate_tokens,
+)
 from tollway.exceptions import (
     DeadlineExceeded,
     GatewayError,
@@ -44,7 +52,9 @@ from tollway.exceptions import (
     UpstreamError,
 )
 from tollway.gateway import CommittedStream, RequestContext
+from tollway.governance.meter import Admitted, CostRecord
 from tollway.governance.principals import Principal, authenticate
+from tollway.routing.plan import AliasPlan
 from tollway.server.runtime import GatewayRuntime
 from tollway.server.streaming import SseResponse
 
@@ -171,7 +181,7 @@ def _log_access(ctx: RequestContext | None, principal: Principal | None, status:
 
 
 async def _finish(
-    audit: AuditRecorder | None,
+    runtime: GatewayRuntime,
     ctx: RequestContext | None,
     principal: Principal | None,
     rid: str,
@@ -180,11 +190,55 @@ async def _finish(
     stream: bool,
     admitted_at: float,
 ) -> None:
-    """The one end of every chat request: the access-log line, then the audit trail's terminal
-    event when the request was admitted to it (``admitted_at`` is set once its first event is in)."""
+    """The one end of every chat request: settle its reservation, write the access-log line, then
+    the audit trail's terminal event when the request was admitted to it (``admitted_at`` is set
+    once its first event is in)."""
+    cost: CostRecord | None = None
+    if ctx is not None and (ctx.governance is not None or ctx.root.pricing.snapshot is not None):
+        last = ctx.attempts[-1].route_id if ctx.attempts else None
+        billable = any(a.outcome != "error" or a.upstream_status is None for a in ctx.attempts)
+        cost = runtime.governor.settle(ctx.governance, ctx.root.pricing, last, ctx.usage, billable)
     _log_access(ctx, principal, status, stream, rid)
+    audit = runtime.audit.recorder if runtime.audit is not None else None
     if audit is not None and ctx is not None and admitted_at:
-        await audit.request_finished(ctx, status=status, error_code=code, stream=stream, admitted_at=admitted_at)
+        await audit.request_finished(
+            ctx, status=status, error_code=code, stream=stream, admitted_at=admitted_at, cost=cost
+        )
+
+
+async def _admit_budget(
+    runtime: GatewayRuntime, root_policy_key: str, plan: AliasPlan, creq: CanonicalRequest, stream: bool
+) -> tuple[Admitted | None, int]:
+    """Reserve the request's tokens and cost (after the parse, before any provider work)."""
+    root = runtime.holder.root
+    gov = root.governance
+    policy = gov.policy(root_policy_key, plan.name)
+    if policy.max_output_tokens is not None:
+        if creq.max_output_tokens is not None and creq.max_output_tokens > policy.max_output_tokens:
+            raise InvalidRequest(
+                f"'max_tokens' exceeds your limit of {policy.max_output_tokens} output tokens for this model.",
+                param="max_tokens",
+            )
+        if creq.max_output_tokens is None:
+            creq.max_output_tokens = min(plan.default_max_output_tokens, policy.max_output_tokens)
+    input_tokens = estimate_request_tokens(creq)
+    if policy.max_input_tokens is not None and input_tokens > policy.max_input_tokens:
+        err = InvalidRequest(
+            f"The messages exceed your limit of {policy.max_input_tokens} input tokens for this model."
+        )
+        err.code = "context_length_exceeded"
+        raise err
+    max_output = creq.max_output_tokens or plan.default_max_output_tokens
+    admitted = await runtime.governor.admit(
+        gov,
+        root.pricing,
+        root_policy_key,
+        plan.name,
+        input_tokens=input_tokens,
+        max_output_tokens=max_output,
+        stream=stream,
+    )
+    return admitted, input_tokens + max_output
 
 
 async def list_models(request: Request) -> Response:
@@ -206,6 +260,7 @@ async def chat_completions(request: Request) -> Response:
     root = runtime.holder.root
     rid: str = request.scope["state"]["request_id"]
     audit = runtime.audit.recorder if runtime.audit is not None else None
+    governed = runtime.gateway.governor is not None and (root.governance.enabled or root.pricing.snapshot is not None)
     principal: Principal | None = None
     ctx: RequestContext | None = None
     stream = False
@@ -236,6 +291,8 @@ async def chat_completions(request: Request) -> Response:
             session_id=session_id[:128] if session_id else None,
             audit=audit,
         )
+        if governed:
+            ctx.governance, ctx.reserved_tokens = await _admit_budget(runtime, principal.key_id, plan, creq, stream)
         if audit is not None:
             audit.admitted(ctx, stream=stream)  # before any provider work: a full or dead WAL is a 503 here
             admitted_at = time.monotonic()
@@ -258,13 +315,13 @@ async def chat_completions(request: Request) -> Response:
         async with _cancel_on_disconnect(request):
             result = await runtime.gateway.complete(ctx, creq)
         body = render_completion(response_id, created, plan.name, result)
-        await _finish(audit, ctx, principal, rid, 200, None, False, admitted_at)
+        await _finish(runtime, ctx, principal, rid, 200, None, False, admitted_at)
         return Response(body, media_type=_JSON)
     except GatewayError as err:
-        await _finish(audit, ctx, principal, rid, err.status, err.code, stream, admitted_at)
+        await _finish(runtime, ctx, principal, rid, err.status, err.code, stream, admitted_at)
         return _error(err)
     except (ClientDisconnect, _ClientGone):
-        await _finish(audit, ctx, principal, rid, 499, None, stream, admitted_at)
+        await _finish(runtime, ctx, principal, rid, 499, None, stream, admitted_at)
         return Response(status_code=499)
     finally:
         if admitted:
@@ -348,10 +405,11 @@ class _StreamSession:
             await self._committed.aclose(self._error)
         finally:
             self._runtime.admission.release(True)
-            ctx, pipeline = self._ctx, self._runtime.audit
+            ctx = self._ctx
             code = "provider_error" if self._status == 502 else None
-            audit = pipeline.recorder if pipeline is not None else None
-            await _finish(audit, ctx, ctx.principal, ctx.request_id, self._status, code, True, self._admitted_at)
+            await _finish(
+                self._runtime, ctx, ctx.principal, ctx.request_id, self._status, code, True, self._admitted_at
+            )
 
 
 async def healthz(request: Request) -> Response:

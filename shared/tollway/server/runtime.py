@@ -16,9 +16,12 @@ from pathlib import Path
 from tollway.audit.pipeline import AuditPipeline
 from tollway.config.loader import load_config
 from tollway.config.root import PublishedRoot, Publisher, RootHolder
-from tollway.config.schema import AuditConfig
-from tollway.exceptions import ConfigError, Overloaded
+from tollway.config.schema import AuditConfig, GovernanceConfig
+from tollway.exceptions import ConfigError, Overloaded, TollwayError
 from tollway.gateway import Gateway
+from tollway.governance.lease_stores import DynamoDBLeaseStore, LeaseStore, LeaseStoreSettings, MemoryLeaseStore
+from tollway.governance.leases import LeasePolicy, LocalLedger
+from tollway.governance.meter import Governor
 
 __all__ = ["Admission", "GatewayRuntime"]
 
@@ -89,6 +92,9 @@ class GatewayRuntime:
     audit: AuditPipeline | None = None
     audit_config: AuditConfig = field(default_factory=AuditConfig)
     """The ``audit:`` block as loaded at start; the WAL and sink are per process, so a reload does not change them."""
+    governance_config: GovernanceConfig = field(default_factory=GovernanceConfig)
+    """The ``governance:`` block as loaded at start: the lease store and the pricing source are per
+    process; policies, budgets and quota groups reload with the root."""
     _stamp: tuple[float, int] | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -96,13 +102,59 @@ class GatewayRuntime:
     @classmethod
     def load(cls, config_path: Path) -> GatewayRuntime:
         """Load and publish the first root; an invalid file is fatal at start."""
-        publisher = Publisher()
+        publisher = Publisher(config_dir=config_path.parent)
         stamp = cls._stat(config_path)
         cfg = load_config(config_path)
         root = publisher.publish(cfg)
-        runtime = cls(config_path=config_path, publisher=publisher, holder=RootHolder(root), audit_config=cfg.audit)
+        # One replica holding the whole limit as its lease cannot overshoot anyone: with the
+        # in-process store the lease is the limit, so no request waits on a refill.
+        fraction = 1.0 if cfg.governance.store == "memory" else cfg.governance.leaseFraction
+        governor = Governor(LocalLedger(_lease_store(cfg.governance), LeasePolicy(fraction=fraction)))
+        runtime = cls(
+            config_path=config_path,
+            publisher=publisher,
+            holder=RootHolder(root),
+            gateway=Gateway(governor=governor),
+            audit_config=cfg.audit,
+            governance_config=cfg.governance,
+        )
         runtime._stamp = stamp  # taken before the read, so a write during start-up is seen by the watch
         return runtime
+
+    @property
+    def governor(self) -> Governor:
+        governor = self.gateway.governor
+        assert governor is not None
+        return governor
+
+    async def watch_pricing(self) -> None:
+        """Poll the pricing store's pointer; install a new snapshot as a pricing-only root."""
+        pricing = self.governance_config.pricing
+        if not pricing.bucket:
+            return
+        from tollway.pricing import SnapshotLoader
+        from tollway.pricing.s3 import S3SnapshotStore, StoreSettings
+
+        settings = StoreSettings(
+            bucket=pricing.bucket,
+            prefix=pricing.prefix,
+            endpoint=os.environ.get("AWS_ENDPOINT_URL") or None,
+            region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None,
+        )
+        loader: SnapshotLoader | None = None
+        while True:
+            try:
+                if loader is None:
+                    loader = SnapshotLoader(
+                        await asyncio.to_thread(S3SnapshotStore.from_settings, settings), prefix=pricing.prefix
+                    )
+                if await asyncio.to_thread(loader.reload) and loader.current is not None:
+                    async with self._reload_lock:
+                        self.holder.swap(self.publisher.with_pricing(self.holder.root, loader.current))
+                    log.info("pricing snapshot %s active", loader.current.version)
+            except TollwayError as exc:
+                log.warning("pricing refresh failed; the last valid snapshot stays active: %s", type(exc).__name__)
+            await asyncio.sleep(pricing.refreshIntervalMs / 1000)
 
     @staticmethod
     def _stat(path: Path) -> tuple[float, int] | None:
@@ -160,4 +212,11 @@ class GatewayRuntime:
     async def aclose(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+        await self.governor.ledger.aclose()
         await self.publisher.aclose()
+
+
+def _lease_store(gov: GovernanceConfig) -> LeaseStore:
+    if gov.store == "dynamodb":
+        return DynamoDBLeaseStore(LeaseStoreSettings.from_env(table=gov.table or None))
+    return MemoryLeaseStore()

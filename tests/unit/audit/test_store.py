@@ -93,6 +93,11 @@ def finished(rid: str, ts: int, attempts: int = 1) -> AuditEvent:
         usage={"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
         usage_evidence="provider-reported",
         cancellation=None,
+        principal_id="p-1",
+        tenant="t-1",
+        team=None,
+        key_id="k-1",
+        alias="chat-fast-v1",
     )
     return at(event, ts)
 
