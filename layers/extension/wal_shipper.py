@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, cast
 
 from tollway.audit.shipper import Shipper
-from tollway.audit.sinks import AuditSink, KafkaSink, SinkUnavailable, SqsSink
+from tollway.audit.sinks import AuditSink, KafkaSink, SinkUnavailable, SqsSink, UsageFanOut
 
 __all__ = ["EXTENSION_NAME", "ExtensionSettings", "ExtensionsApi", "WalDrainer", "event_deadline", "main", "run"]
 
@@ -152,7 +152,11 @@ class ExtensionSettings:
 
     def build_sink(self, env: Mapping[str, str]) -> AuditSink | None:
         if self.sink == "sqs":
-            return SqsSink(self.queue_name, self.endpoint, self.region, env)
+            audit = SqsSink(self.queue_name, self.endpoint, self.region, env)
+            usage_queue = env.get("TOLLWAY_QUEUE_USAGE", "")
+            if not usage_queue:
+                return audit
+            return UsageFanOut(audit, SqsSink(usage_queue, self.endpoint, self.region, env))
         if self.sink == "kafka":
             return KafkaSink(self.kafka_bootstrap, self.kafka_topic)
         return None

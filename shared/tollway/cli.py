@@ -240,6 +240,17 @@ def local_audit_queue(stage: str) -> str:
     return f"{stage}-audit-events"
 
 
+def local_environment(stage: str) -> dict[str, str]:
+    """The resource names ``tollway up`` gives the gateway, as the topology names them (see
+    :func:`local_audit_queue` for why they are spelled out here; tests/unit/test_cli.py checks them)."""
+    return {
+        "TOLLWAY_QUEUE_AUDIT": local_audit_queue(stage),
+        "TOLLWAY_QUEUE_USAGE": f"{stage}-usage-events",
+        "TOLLWAY_TABLE_USAGE_LEDGER": f"{stage}-usage-ledger",
+        "TOLLWAY_TABLE_QUOTA_LEASES": f"{stage}-quota-leases",
+    }
+
+
 def _stop_child(proc: subprocess.Popen[str], timeout_s: float = 10.0) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -286,7 +297,11 @@ def up(args: argparse.Namespace) -> None:
             # The audit trail ships to the local cloud's audit queue (the bundled example reads
             # these; the name is the spec's, see tests/unit/test_cli.py).
             os.environ.setdefault("TOLLWAY_AUDIT_SINK", "sqs")
-            os.environ.setdefault("TOLLWAY_QUEUE_AUDIT", local_audit_queue(args.stage))
+            # request_finished events also feed the usage reconciler, whose ledger GET /v1/usage
+            # reads; budgets lease from the stage's quota-leases table.
+            for name, value in local_environment(args.stage).items():
+                os.environ.setdefault(name, value)
+            os.environ.setdefault("TOLLWAY_GOVERNANCE_STORE", "dynamodb")
             cloud_line = f"  cloud    : {endpoint} (stage {args.stage}; audit trail on: tollway audit list --since 10m)"
         _configure_logging(args.log_level, not args.no_access_log)
         _check_config(config)

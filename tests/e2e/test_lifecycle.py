@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -143,6 +144,22 @@ def test_up_brings_up_the_local_cloud_and_stops_all_of_it(tmp_path: Path) -> Non
                 break
             time.sleep(0.3)
         assert listing.count("req_") == 3, listing
+        # The same requests reach the usage ledger through the usage queue and the usage
+        # reconciler, and the caller reads its own usage back through the gateway.
+        headers = {"authorization": f"Bearer {lines['demo key']}"}
+        usage: dict[str, Any] = {}
+        for _ in range(60):
+            resp = httpx.get(lines["base URL"] + "/usage", params={"group_by": "alias"}, headers=headers, timeout=10)
+            assert resp.status_code == 200, resp.text
+            usage = resp.json()
+            if sum(b["requests"] for b in usage["data"]) >= 3:
+                break
+            time.sleep(0.3)
+        assert sum(b["requests"] for b in usage["data"]) == 3, usage
+        assert usage["scope"] == {"tenant": "local", "principal": "demo"}
+        assert all(b["total_tokens"] > 0 and b["usage_evidence"] for b in usage["data"]), usage
+        bad = httpx.get(lines["base URL"] + "/usage", params={"group_by": "color"}, headers=headers, timeout=10)
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
     finally:
         _stop_up(proc)
         log.close()

@@ -139,8 +139,12 @@ class AuditPipeline:
 
 
 def build_sink(cfg: AuditConfig) -> Any:
-    """The configured sink: the SQS queue (``sink.queueName`` or ``$TOLLWAY_QUEUE_AUDIT``) or Kafka."""
-    from tollway.audit.sinks import KafkaSink, SqsSink
+    """The configured sink: the SQS queue (``sink.queueName`` or ``$TOLLWAY_QUEUE_AUDIT``) or Kafka.
+
+    With SQS, ``request_finished`` events also go to the usage queue (``sink.usageQueueName`` or
+    ``$TOLLWAY_QUEUE_USAGE``) when one is named, for the usage reconciler.
+    """
+    from tollway.audit.sinks import KafkaSink, SqsSink, UsageFanOut
 
     sink_cfg = cfg.sink
     if sink_cfg.type == "sqs":
@@ -148,7 +152,12 @@ def build_sink(cfg: AuditConfig) -> Any:
         if not queue:
             raise RuntimeError("audit.sink.type is sqs but neither audit.sink.queueName nor TOLLWAY_QUEUE_AUDIT is set")
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        return SqsSink(queue, os.environ.get("AWS_ENDPOINT_URL"), region, dict(os.environ))
+        endpoint = os.environ.get("AWS_ENDPOINT_URL")
+        audit = SqsSink(queue, endpoint, region, dict(os.environ))
+        usage_queue = sink_cfg.usageQueueName or os.environ.get("TOLLWAY_QUEUE_USAGE", "")
+        if not usage_queue:
+            return audit
+        return UsageFanOut(audit, SqsSink(usage_queue, endpoint, region, dict(os.environ)))
     return KafkaSink(sink_cfg.bootstrapServers, sink_cfg.topic)
 
 

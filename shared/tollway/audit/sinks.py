@@ -39,6 +39,8 @@ __all__ = [
     "KafkaSink",
     "SinkUnavailable",
     "SqsSink",
+    "UsageFanOut",
+    "usage_messages",
 ]
 
 log = logging.getLogger("tollway.audit")
@@ -61,6 +63,45 @@ class AuditSink(Protocol):
     def send(self, batch: list[bytes]) -> None:
         """Deliver every message of ``batch`` (each a message body), or raise :class:`SinkUnavailable`."""
         ...
+
+
+def usage_messages(batch: Sequence[bytes]) -> list[bytes]:
+    """The ``request_finished`` events of ``batch``, in messages of their own (the usage queue's share).
+
+    A message that is not a JSON envelope was already refused by the shipper's packing; it is skipped.
+    """
+    out: list[bytes] = []
+    for body in batch:
+        try:
+            events = json.loads(body)["events"]
+        except (ValueError, LookupError, TypeError):
+            continue
+        finished = [e for e in events if isinstance(e, dict) and e.get("kind") == "request_finished"]
+        if finished:
+            out.append(json.dumps({"v": MESSAGE_VERSION, "events": finished}, separators=(",", ":")).encode())
+    return out
+
+
+class UsageFanOut:
+    """The audit sink, then the usage queue with each batch's ``request_finished`` events.
+
+    A batch is acknowledged in the WAL only when both accepted it: if the usage queue fails, the
+    whole batch is sent again, to both. Duplicates are harmless (the audit store is idempotent by
+    ``eventId``, the usage ledger by request id); a lost usage event would not be.
+    """
+
+    def __init__(self, audit: AuditSink, usage: AuditSink) -> None:
+        self.audit = audit
+        self.usage = usage
+
+    def __repr__(self) -> str:
+        return f"UsageFanOut({self.audit!r}, usage={self.usage!r})"
+
+    def send(self, batch: list[bytes]) -> None:
+        self.audit.send(batch)
+        usage = usage_messages(batch)
+        if usage:
+            self.usage.send(usage)
 
 
 _SQS_FORBIDDEN: Final = re.compile("[\ufffe\uffff]")

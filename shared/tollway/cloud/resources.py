@@ -244,6 +244,15 @@ def topology(prefix: str = DEFAULT_PREFIX) -> Topology:
                 grants=(Grant("queue", "audit", "consume"), Grant("table", "audit", "read-write")),
             ),
             FunctionSpec(
+                key="usage-reconciler",
+                name=f"{p}-usage-reconciler",
+                handler="functions.usage_reconciler.handler.handler",
+                source_dir="functions/usage_reconciler",
+                timeout_s=20,
+                triggers=(QueueTrigger("usage", batch_size=10, max_batching_window_s=1),),
+                grants=(Grant("queue", "usage", "consume"), Grant("table", "usage-ledger", "read-write")),
+            ),
+            FunctionSpec(
                 key="pricing-refresh",
                 name=f"{p}-pricing-refresh",
                 handler="functions.pricing_refresh.handler.handler",
@@ -267,6 +276,7 @@ def topology(prefix: str = DEFAULT_PREFIX) -> Topology:
                 Grant("queue", "audit", "send"),
                 Grant("queue", "usage", "send"),
                 Grant("table", "quota-leases", "read-write"),
+                Grant("table", "usage-ledger", "read"),
                 Grant("table", "idempotency", "read-write"),
                 Grant("bucket", "config", "read"),
                 Grant("bucket", "pricing", "read"),

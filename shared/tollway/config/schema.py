@@ -220,6 +220,9 @@ class AuditSinkConfig(_Model):
     type: Literal["none", "sqs", "kafka"] = "none"
     queueName: str = ""
     """SQS queue name; empty uses ``$TOLLWAY_QUEUE_AUDIT`` (set by the CDK app and ``tollway up``)."""
+    usageQueueName: str = ""
+    """Where ``request_finished`` events also go, for the usage reconciler; empty uses
+    ``$TOLLWAY_QUEUE_USAGE``, and neither set means no usage fan-out."""
     bootstrapServers: str = ""
     topic: str = "tollway-audit-events"
     batchSize: int = 256

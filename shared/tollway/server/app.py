@@ -47,6 +47,7 @@ from tollway.exceptions import (
     GatewayError,
     InvalidRequest,
     ModelNotFound,
+    ModelUnavailable,
     RequestTooLarge,
     UnsupportedMediaType,
     UpstreamError,
@@ -412,6 +413,43 @@ class _StreamSession:
             )
 
 
+async def usage(request: Request) -> Response:
+    """``GET /v1/usage?from=&to=&group_by=``: the caller's own usage, its tenant's with the admin role."""
+    from datetime import UTC, datetime
+
+    from tollway.metering import (
+        InvalidUsageQuery,
+        UsageLedgerUnavailable,
+        caller_scope,
+        parse_usage_query,
+        usage_response,
+    )
+
+    runtime = _runtime(request)
+    try:
+        principal = authenticate(request.headers.get("authorization"), runtime.holder.root.keys)
+        try:
+            query = parse_usage_query(
+                dict(request.query_params), scope=caller_scope(principal), today=datetime.now(UTC).date()
+            )
+        except InvalidUsageQuery as exc:
+            raise InvalidRequest(str(exc)) from None
+        ledger = runtime.usage_ledger()
+        if ledger is None:
+            err = ModelUnavailable("Usage reporting is not configured on this gateway.")
+            err.code = "usage_unavailable"
+            raise err
+        try:
+            rows = await asyncio.to_thread(ledger.query, query)
+        except UsageLedgerUnavailable:
+            err = ModelUnavailable("The usage ledger cannot be read right now. Retry shortly.", retry_after=1)
+            err.code = "usage_unavailable"
+            raise err from None
+    except GatewayError as err:
+        return _error(err)
+    return Response(orjson.dumps(usage_response(query, rows)), media_type=_JSON)
+
+
 async def healthz(request: Request) -> Response:
     runtime = _runtime(request)
     root = runtime.holder.root
@@ -509,6 +547,7 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
     prefix = runtime.holder.root.limits.path_prefix  # routes are fixed at start; a reload cannot move them
     app.router.add_route(f"{prefix}/models", list_models, methods=["GET"])
     app.router.add_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"])
+    app.router.add_route(f"{prefix}/usage", usage, methods=["GET"])
     app.router.add_route("/healthz", healthz, methods=["GET"])
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -12,6 +12,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tollway.audit.pipeline import AuditPipeline
 from tollway.config.loader import load_config
@@ -22,6 +23,9 @@ from tollway.gateway import Gateway
 from tollway.governance.lease_stores import DynamoDBLeaseStore, LeaseStore, LeaseStoreSettings, MemoryLeaseStore
 from tollway.governance.leases import LeasePolicy, LocalLedger
 from tollway.governance.meter import Governor
+
+if TYPE_CHECKING:
+    from tollway.metering import UsageLedger
 
 __all__ = ["Admission", "GatewayRuntime"]
 
@@ -95,6 +99,7 @@ class GatewayRuntime:
     governance_config: GovernanceConfig = field(default_factory=GovernanceConfig)
     """The ``governance:`` block as loaded at start: the lease store and the pricing source are per
     process; policies, budgets and quota groups reload with the root."""
+    _usage_ledger: UsageLedger | None = None
     _stamp: tuple[float, int] | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -120,6 +125,14 @@ class GatewayRuntime:
         )
         runtime._stamp = stamp  # taken before the read, so a write during start-up is seen by the watch
         return runtime
+
+    def usage_ledger(self) -> UsageLedger | None:
+        """The usage ledger ``GET /v1/usage`` reads (``$TOLLWAY_TABLE_USAGE_LEDGER``), built on first use."""
+        if self._usage_ledger is None and os.environ.get("TOLLWAY_TABLE_USAGE_LEDGER"):
+            from tollway.metering import DynamoDBUsageLedger
+
+            self._usage_ledger = DynamoDBUsageLedger.from_env()
+        return self._usage_ledger
 
     @property
     def governor(self) -> Governor:

@@ -1,0 +1,1 @@
+"""The usage-reconciler function: request_finished events from the usage queue into the usage ledger."""

@@ -1,0 +1,51 @@
+"""The usage queue's message format: the audit queue's, as the WAL shipper sends it::
+
+    {"v": 1, "events": [<event object>, ...]}
+
+UTF-8 JSON, 1 to 64 events; each event object is what :meth:`tollway.audit.events.AuditEvent.encode`
+produces. A message is the unit of failure: one bad event fails its whole message.
+
+This mirrors ``functions/audit_writer/message.py`` rather than importing it: a function's Lambda
+asset holds only its own folder (``infra/assets.py``), so one function cannot import another.
+The envelope belongs in ``tollway.audit``, where both could share it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import orjson
+
+from tollway.audit.events import AuditEvent, decode_event
+
+__all__ = ["MAX_EVENTS", "MESSAGE_VERSION", "MalformedMessage", "decode_message"]
+
+MESSAGE_VERSION: Final = 1
+MAX_EVENTS: Final = 64
+
+
+class MalformedMessage(ValueError):
+    """A message that is not a version-1 batch of valid events; the text never quotes the message."""
+
+
+def decode_message(body: str | bytes) -> list[AuditEvent]:
+    """The events of one message, in order; raises :class:`MalformedMessage`."""
+    try:
+        raw = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise MalformedMessage("the body is not JSON") from None
+    if not isinstance(raw, dict) or type(raw.get("v")) is not int or raw["v"] != MESSAGE_VERSION:
+        raise MalformedMessage(f"the body is not a version-{MESSAGE_VERSION} batch object")
+    items = raw.get("events")
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_EVENTS:
+        raise MalformedMessage(f"'events' must be a list of 1-{MAX_EVENTS} events")
+    events = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise MalformedMessage(f"event {i} is not an object")
+        try:
+            events.append(decode_event(orjson.dumps(item)))
+        except (ValueError, orjson.JSONEncodeError):
+            # decode_event's text may quote a field value; keep it out of the logs.
+            raise MalformedMessage(f"event {i} is not a valid schema-1 audit event") from None
+    return events
