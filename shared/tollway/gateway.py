@@ -33,7 +33,9 @@ from tollway.config.root import PublishedRoot
 from tollway.exceptions import GatewayError, ModelUnavailable, RateLimited, UpstreamCategory, UpstreamError
 from tollway.governance.meter import Admitted, Governor
 from tollway.governance.principals import Principal
+from tollway.routing.health import eject_outliers
 from tollway.routing.plan import AliasPlan, RouteTarget
+from tollway.routing.strategies import SelectionInput
 from tollway.sse import SseFrameTooLarge, aiter_sse
 
 __all__ = ["AttemptRecord", "CommittedStream", "Gateway", "RequestContext"]
@@ -63,6 +65,8 @@ class AttemptRecord:
     error_category: str | None = None
     upstream_status: int | None = None
     first_event_s: float | None = None
+    ticket: int | None = None
+    """The health object's ticket for this attempt: only a current one may move the circuit."""
 
 
 class AttemptAudit(Protocol):
@@ -95,6 +99,8 @@ class RequestContext:
     governance: Admitted | None = None
     """What admission reserved for this request (``None``: no policy applies to its key and alias)."""
     reserved_tokens: int = 0
+    route_bucket: str | None = None
+    """The canary/A-B bucket the route decision put the request in (audited with each attempt)."""
     """The input estimate plus the maximum output: what a dispatch takes from its quota group's TPM."""
 
 
@@ -144,14 +150,14 @@ class CommittedStream:
         attempt.ended = time.monotonic()
         if self._finished and error is None:
             attempt.outcome = "ok"
-            health.on_success(attempt.ended - attempt.started)
+            health.on_success(attempt.ended - attempt.started, ticket=attempt.ticket)
         elif isinstance(error, UpstreamError):
             attempt.outcome = "midstream_error"
             attempt.error_category = error.category.value
-            health.on_failure(counts=error.category not in _HEALTH_NEUTRAL)
+            health.on_failure(counts=error.category not in _HEALTH_NEUTRAL, ticket=attempt.ticket)
         else:
             attempt.outcome = "cancelled"
-            health.on_abandon()
+            health.on_abandon(ticket=attempt.ticket)
         if self._ctx.usage is None:
             self._ctx.usage = Usage(
                 prompt_tokens=0,
@@ -219,6 +225,7 @@ class Gateway:
                 await stack.aclose()
                 raise
             record.first_event_s = time.monotonic() - record.started
+            target.health.observe_ttft(record.first_event_s)
             return CommittedStream(ctx, target, record, stack, prelude, events)
 
         return await self._run(ctx, attempt, commits=True)
@@ -232,6 +239,7 @@ class Gateway:
     ) -> _T:
         """Walk the plan under one attempt budget; return the first success."""
         plan = ctx.plan
+        selection = SelectionInput(ctx.principal.id, ctx.session_id, ctx.request_id)
         last_error: UpstreamError | None = None
         failed_at: dict[str, float | None] = {}
         limited_accounts: dict[str, str] = {}
@@ -239,7 +247,9 @@ class Gateway:
         saturated = False
         n = 0
         while n < plan.retry.max_attempts:
-            order = list(plan.attempt_order(ctx.rng))
+            decision = plan.decide(selection, ctx.rng)
+            ctx.route_bucket = decision.bucket
+            order = decision.targets
             if not order:
                 break
             before = n
@@ -256,33 +266,33 @@ class Gateway:
                 await self._audit_start(ctx, n, target, target.deployment.id in failed_at)
                 record = AttemptRecord(n, target.route_id, target.deployment.id, time.monotonic())
                 ctx.attempts.append(record)
-                target.health.on_start()
+                record.ticket = target.health.on_start()
                 try:
                     async with asyncio.timeout_at(ctx.deadline):
                         result = await attempt(target, record)
                 except UpstreamError as upstream_error:
-                    self._fail(target, record, upstream_error)
+                    self._fail(plan, target, record, upstream_error)
                     self._settled(ctx, record)
                     last_error = upstream_error
                 except TimeoutError:
                     timeout = UpstreamError(UpstreamCategory.TIMEOUT, detail="request deadline")
-                    self._fail(target, record, timeout)
+                    self._fail(plan, target, record, timeout)
                     self._settled(ctx, record)
                     raise timeout.to_gateway_error() from None
                 except GatewayError:
                     record.outcome, record.ended = "error", time.monotonic()
-                    target.health.on_abandon()
+                    target.health.on_abandon(ticket=record.ticket)
                     self._settled(ctx, record)
                     raise
                 except BaseException:
                     record.outcome, record.ended = "cancelled", time.monotonic()
-                    target.health.on_abandon()
+                    target.health.on_abandon(ticket=record.ticket)
                     self._settled(ctx, record)
                     raise
                 else:
                     if not commits:
                         record.outcome, record.ended = "ok", time.monotonic()
-                        target.health.on_success(record.ended - record.started)
+                        target.health.on_success(record.ended - record.started, ticket=record.ticket)
                         self._settled(ctx, record)
                     return result
                 self._after_failure(last_error, target, plan, failed_at, limited_accounts)
@@ -356,11 +366,16 @@ class Gateway:
         return err.status is None or err.status in plan.retry.retry_statuses or err.status < 400
 
     @staticmethod
-    def _fail(target: RouteTarget, record: AttemptRecord, err: UpstreamError) -> None:
+    def _fail(plan: AliasPlan, target: RouteTarget, record: AttemptRecord, err: UpstreamError) -> None:
         record.outcome, record.ended = "error", time.monotonic()
         record.error_category = err.category.value
         record.upstream_status = err.status or record.upstream_status
-        target.health.on_failure(counts=err.category not in _HEALTH_NEUTRAL)
+        counts = err.category not in _HEALTH_NEUTRAL
+        target.health.on_failure(counts=counts, ticket=record.ticket)
+        if counts and plan.outlier is not None:
+            group = plan.group_of(target)
+            if len(group) > 1:
+                eject_outliers([t.health for t in group], plan.outlier)
 
     @staticmethod
     def _final(last_error: UpstreamError | None) -> GatewayError:

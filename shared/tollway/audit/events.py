@@ -179,8 +179,11 @@ def attempt_started(
     provider_format: str,
     physical_model: str,
     reason: Literal["first", "retry", "fallback"],
+    root_generation: int | None = None,
+    route_bucket: str | None = None,
 ) -> AuditEvent:
-    """``reason``: ``retry`` re-tries a deployment already tried; ``fallback`` moves to another."""
+    """``reason``: ``retry`` re-tries a deployment already tried; ``fallback`` moves to another.
+    ``routeBucket`` is the canary/A-B bucket the route decision chose, if the alias splits."""
     return _event(
         "attempt_started",
         request_id,
@@ -192,6 +195,8 @@ def attempt_started(
             "providerFormat": provider_format,
             "physicalModel": physical_model,
             "reason": reason,
+            "rootGeneration": root_generation,
+            "routeBucket": route_bucket,
         },
     )
 

@@ -115,6 +115,8 @@ class AuditRecorder:
                 provider_format=target.deployment.format.value,
                 physical_model=target.target.model,
                 reason=reason,
+                root_generation=ctx.root.generation,
+                route_bucket=ctx.route_bucket,
             )
         )
         if self._durable:

@@ -29,8 +29,18 @@ from tollway.governance.principals import Principal, key_digest
 from tollway.pricing import PricingSnapshot
 from tollway.providers import FORMAT_CAPABILITIES, codec_for
 from tollway.providers.base import ProviderFormat, Target
-from tollway.routing.health import CircuitPolicy, HealthRegistry
+from tollway.routing.health import CircuitPolicy, HealthRegistry, OutlierPolicy
 from tollway.routing.plan import AliasPlan, Deployment, RetryPolicy, RouteTarget
+from tollway.routing.strategies import (
+    Canary,
+    CanarySplit,
+    LatencyAware,
+    LeastInFlight,
+    Ordered,
+    Sticky,
+    Strategy,
+    WeightedRandom,
+)
 from tollway.secrets import SecretResolver
 from tollway.transport import Transport, TransportSettings, build_transport
 
@@ -95,6 +105,39 @@ def _auth_headers(provider: ProviderConfig, fmt: ProviderFormat, resolver: Secre
     return {"authorization": f"Bearer {secret.reveal()}"}
 
 
+def _strategy(model: ModelConfig, cfg: RouterConfig) -> Strategy:
+    name = model.strategy or cfg.routing.strategy
+    routing = cfg.routing
+    if name == "canary" and model.canary is not None:
+        splits = tuple(CanarySplit(s.name, s.basisPoints, frozenset(s.routes)) for s in model.canary.splits)
+        return Canary(alias=model.name, salt=model.canary.salt, splits=splits, key=model.canary.key)
+    if name == "least-in-flight":
+        return LeastInFlight(max_weight_bias=routing.leastInFlightMaxWeightBias)
+    if name == "latency-aware":
+        return LatencyAware(
+            explore_probability=routing.latencyExploreProbability, ttft_weight=routing.latencyTtftWeight
+        )
+    if name == "sticky":
+        return Sticky()
+    if name == "ordered":
+        return Ordered()
+    return WeightedRandom()
+
+
+def _outlier(cfg: RouterConfig) -> OutlierPolicy | None:
+    o = cfg.routing.outlierDetection
+    if not o.enabled:
+        return None
+    return OutlierPolicy(
+        error_rate_margin=o.errorRateMargin,
+        latency_factor=o.latencyFactor,
+        min_requests=o.minRequests,
+        base_ejection_s=o.baseEjectionMs / 1000,
+        max_ejection_s=o.maxEjectionMs / 1000,
+        max_ejection_fraction=o.maxEjectionFraction,
+    )
+
+
 @dataclass
 class Publisher:
     """Compiles configs into roots; owns what must outlive one root (health, warm transports)."""
@@ -132,10 +175,16 @@ class Publisher:
             path_prefix=cfg.pathPrefix,
             max_loop_lag_s=cfg.admission.maxEventLoopLagMs / 1000 if cfg.admission.maxEventLoopLagMs else float("inf"),
         )
+        cb = cfg.routing.circuitBreaker
         circuit = CircuitPolicy(
-            failure_threshold=cfg.routing.circuitBreaker.failureThreshold,
-            reset_timeout_s=cfg.routing.circuitBreaker.resetTimeoutMs / 1000,
-            half_open_requests=cfg.routing.circuitBreaker.halfOpenRequests,
+            failure_threshold=cb.failureThreshold,
+            reset_timeout_s=cb.resetTimeoutMs / 1000,
+            half_open_requests=cb.halfOpenRequests,
+            failure_rate_threshold=cb.failureRateThreshold,
+            min_requests=cb.minRequests,
+            window_s=cb.windowMs / 1000,
+            max_reset_timeout_s=cb.maxResetTimeoutMs / 1000,
+            backoff_multiplier=cb.backoffMultiplier,
         )
         retry = RetryPolicy(
             max_attempts=cfg.routing.maxAttempts,
@@ -215,7 +264,9 @@ class Publisher:
                     target=Target(model=route.model, default_max_output_tokens=default_out),
                     weight=route.weight,
                     priority=route.priority,
-                    health=self.health.get(route.provider, circuit),
+                    health=self.health.get(
+                        route.provider, circuit, max_in_flight=cfg.providers[route.provider].maxInFlight
+                    ),
                 )
             )
         capabilities = frozenset(model.capabilities)
@@ -236,7 +287,8 @@ class Publisher:
             reject_unknown_parameters=policy != "ignore",
             groups=tuple(tuple(by_priority[p]) for p in sorted(by_priority)),
             retry=retry,
-            weighted=cfg.routing.strategy != "ordered",
+            strategy=_strategy(model, cfg),
+            outlier=_outlier(cfg),
         )
 
     def _keys(self, cfg: RouterConfig) -> dict[str, Principal]:

@@ -14,12 +14,15 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "AdmissionConfig",
     "BudgetConfig",
+    "CanaryConfig",
+    "CanarySplitConfig",
     "CircuitBreakerConfig",
     "CredentialConfig",
     "GovernanceConfig",
     "KeyConfig",
     "LimitsConfig",
     "ModelConfig",
+    "OutlierDetectionConfig",
     "PolicyConfig",
     "PricingConfig",
     "PrincipalConfig",
@@ -57,6 +60,8 @@ class ProviderConfig(_Model):
     allowInsecureHttp: bool = False
     """Plain http is refused unless the host is loopback or this is set explicitly."""
     anthropicVersion: str = "2023-06-01"
+    maxInFlight: int = Field(default=0, ge=0)
+    """Per-process cap on this deployment's requests in flight (a target beyond it is skipped); 0: none."""
     pricingProvider: str | None = None
     """The provider's id in the pricing catalog (``openai``, ``anthropic``); defaults to ``type``."""
 
@@ -87,6 +92,10 @@ class ModelConfig(_Model):
     allowedParameters: list[str] = Field(default_factory=list)
     """Pass-through fields this alias accepts beyond the compatibility profile."""
     unsupportedParameterPolicy: str | None = None
+    strategy: str | None = None
+    """Overrides ``routing.strategy`` for this alias."""
+    canary: CanaryConfig | None = None
+    """With ``strategy: canary``: the buckets, by basis points of 10,000, and the routes of each."""
     routes: list[RouteConfig]
 
 
@@ -94,6 +103,39 @@ class CircuitBreakerConfig(_Model):
     failureThreshold: int = 5
     resetTimeoutMs: int = 30000
     halfOpenRequests: int = 1
+    failureRateThreshold: float = Field(default=0.5, gt=0)
+    """Also open when this share of the verdicts in the window failed (1.0 or more: off)."""
+    minRequests: int = Field(default=20, ge=1)
+    windowMs: int = Field(default=30000, ge=100)
+    maxResetTimeoutMs: int = 300000
+    """Each re-open after a failed probe doubles the cool-down (``backoffMultiplier``), up to this."""
+    backoffMultiplier: float = Field(default=2.0, ge=1)
+
+
+class OutlierDetectionConfig(_Model):
+    """Eject a deployment whose error rate or latency is far behind its priority group's median."""
+
+    enabled: bool = True
+    errorRateMargin: float = Field(default=0.3, gt=0, le=1)
+    latencyFactor: float = Field(default=3.0, gt=1)
+    minRequests: int = Field(default=5, ge=1)
+    baseEjectionMs: int = Field(default=30000, ge=1)
+    maxEjectionMs: int = Field(default=300000, ge=1)
+    maxEjectionFraction: float = Field(default=0.5, ge=0, le=1)
+
+
+class CanarySplitConfig(_Model):
+    name: str = Field(min_length=1, max_length=64)
+    basisPoints: int = Field(ge=0, le=10000)
+    routes: list[str] = Field(min_length=1)
+
+
+class CanaryConfig(_Model):
+    """A stable, auditable split: a hash of (principal or request id, alias, salt) picks the bucket."""
+
+    salt: str = Field(min_length=1, max_length=128)
+    key: Literal["principal", "request"] = "principal"
+    splits: list[CanarySplitConfig] = Field(min_length=1, max_length=16)
 
 
 class RoutingConfig(_Model):
@@ -104,6 +146,10 @@ class RoutingConfig(_Model):
     retryStatuses: list[int] = Field(default_factory=lambda: [408, 429, 500, 502, 503, 504, 529])
     """529 is Anthropic's "overloaded"."""
     circuitBreaker: CircuitBreakerConfig = Field(default_factory=CircuitBreakerConfig)
+    outlierDetection: OutlierDetectionConfig = Field(default_factory=OutlierDetectionConfig)
+    leastInFlightMaxWeightBias: float = Field(default=4.0, ge=1)
+    latencyExploreProbability: float = Field(default=0.1, ge=0, le=0.5)
+    latencyTtftWeight: float = Field(default=0.5, ge=0, le=1)
     sessionHeader: str = "X-Tollway-Session-Id"
 
 

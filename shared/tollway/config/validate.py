@@ -43,7 +43,7 @@ FORMAT_PROVIDER_TYPES: dict[str, frozenset[str]] = {
 CLIENT_FORMATS = frozenset({"openai-chat-completions"})
 OPERATIONS = frozenset({"chat"})
 PARAMETER_POLICIES = frozenset({"reject", "ignore"})
-STRATEGIES = frozenset({"priority-weighted", "ordered"})
+STRATEGIES = frozenset({"priority-weighted", "ordered", "least-in-flight", "latency-aware", "sticky", "canary"})
 MAX_REQUEST_BODY_BYTES = 64 * 1024 * 1024
 MAX_ATTEMPTS = 10
 
@@ -174,6 +174,17 @@ def _check_routing(routing: RoutingConfig, issues: _Issues) -> None:
     issues.positive("routing.circuitBreaker.failureThreshold", breaker.failureThreshold)
     issues.positive("routing.circuitBreaker.resetTimeoutMs", breaker.resetTimeoutMs)
     issues.positive("routing.circuitBreaker.halfOpenRequests", breaker.halfOpenRequests)
+    if breaker.maxResetTimeoutMs < breaker.resetTimeoutMs:
+        issues.add(
+            "routing.circuitBreaker.maxResetTimeoutMs", f"must be at least resetTimeoutMs ({breaker.resetTimeoutMs})"
+        )
+    outlier = routing.outlierDetection
+    if outlier.maxEjectionMs < outlier.baseEjectionMs:
+        issues.add(
+            "routing.outlierDetection.maxEjectionMs", f"must be at least baseEjectionMs ({outlier.baseEjectionMs})"
+        )
+    if routing.strategy == "canary":
+        issues.add("routing.strategy", "canary is set per model (models[].strategy with models[].canary)")
     if not _HEADER_TOKEN.fullmatch(routing.sessionHeader):
         issues.add("routing.sessionHeader", "must be a valid HTTP header name")
 
@@ -343,6 +354,28 @@ def _check_alias(path: str, model: ModelConfig, issues: _Issues) -> None:
         issues.add(
             f"{path}.unsupportedParameterPolicy", f"unknown policy {policy!r}; known: {_quoted(PARAMETER_POLICIES)}"
         )
+    _check_strategy(path, model, issues)
+
+
+def _check_strategy(path: str, model: ModelConfig, issues: _Issues) -> None:
+    if model.strategy is not None and model.strategy not in STRATEGIES:
+        issues.add(f"{path}.strategy", f"unknown strategy {model.strategy!r}; known: {_quoted(STRATEGIES)}")
+    if (model.strategy == "canary") != (model.canary is not None):
+        issues.add(f"{path}.canary", "strategy canary and a canary block go together")
+    if model.canary is None:
+        return
+    splits = model.canary.splits
+    if sum(sp.basisPoints for sp in splits) != 10000:
+        issues.add(f"{path}.canary.splits", "the basis points must add up to 10000")
+    routes = {r.id for r in model.routes}
+    names: set[str] = set()
+    for i, sp in enumerate(splits):
+        if sp.name in names:
+            issues.add(f"{path}.canary.splits[{i}].name", f"duplicate bucket {sp.name!r}")
+        names.add(sp.name)
+        for k, rid in enumerate(sp.routes):
+            if rid not in routes:
+                issues.add(f"{path}.canary.splits[{i}].routes[{k}]", f"unknown route {rid!r} of this model")
 
 
 def _check_route(

@@ -8,11 +8,11 @@ one attempt budget.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tollway.providers.base import ProviderCodec, ProviderFormat, Target
-from tollway.routing.health import DeploymentHealth
+from tollway.routing.health import DeploymentHealth, OutlierPolicy
+from tollway.routing.strategies import RouteDecision, SelectionInput, Strategy, WeightedRandom, decide
 from tollway.transport.base import Transport
 
 __all__ = ["AliasPlan", "Deployment", "RetryPolicy", "RouteTarget"]
@@ -71,30 +71,20 @@ class AliasPlan:
     groups: tuple[tuple[RouteTarget, ...], ...]
     """Priority groups, lowest priority number first."""
     retry: RetryPolicy
-    weighted: bool = True
+    strategy: Strategy = field(default_factory=WeightedRandom)
+    """How a target is chosen inside a priority group (``tollway.routing.strategies``)."""
+    outlier: OutlierPolicy | None = None
+    """Outlier ejection inside each priority group; ``None`` turns it off."""
 
-    def attempt_order(self, rng: random.Random) -> Iterator[RouteTarget]:
-        """Targets in the order to try them: every target at most once per pass.
+    def decide(self, selection: SelectionInput, rng: random.Random) -> RouteDecision[RouteTarget]:
+        """Targets in the order to try them, every target at most once per pass: the lowest-numbered
+        group with an available target first, the strategy's pick first inside it, then the rest
+        as fallbacks. Open circuits, full half-open probes, ejected and saturated targets are
+        skipped; an empty order means the alias is unavailable."""
+        return decide(self.groups, self.strategy, selection, rng)
 
-        Within a group, a weighted random permutation; open circuits are skipped, and a whole
-        pass of skipped targets ends the order (the caller then reports the alias unavailable).
-        """
+    def group_of(self, target: RouteTarget) -> tuple[RouteTarget, ...]:
         for group in self.groups:
-            candidates = [t for t in group if t.weight > 0 and t.health.available()]
-            if not self.weighted:
-                yield from candidates
-                continue
-            while candidates:
-                if len(candidates) == 1:
-                    yield candidates.pop()
-                    break
-                total = sum(t.weight for t in candidates)
-                pick = rng.uniform(0, total)
-                acc = 0.0
-                for i, t in enumerate(candidates):
-                    acc += t.weight
-                    if pick <= acc:
-                        yield candidates.pop(i)
-                        break
-                else:
-                    yield candidates.pop()
+            if target in group:
+                return group
+        return (target,)

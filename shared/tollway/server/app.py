@@ -48,6 +48,7 @@ from tollway.exceptions import (
     InvalidRequest,
     ModelNotFound,
     ModelUnavailable,
+    PermissionDenied,
     RequestTooLarge,
     UnsupportedMediaType,
     UpstreamError,
@@ -55,6 +56,7 @@ from tollway.exceptions import (
 from tollway.gateway import CommittedStream, RequestContext
 from tollway.governance.meter import Admitted, CostRecord
 from tollway.governance.principals import Principal, authenticate
+from tollway.metering.query import ADMIN_ROLE
 from tollway.routing.plan import AliasPlan
 from tollway.server.runtime import GatewayRuntime
 from tollway.server.streaming import SseResponse
@@ -450,6 +452,38 @@ async def usage(request: Request) -> Response:
     return Response(orjson.dumps(usage_response(query, rows)), media_type=_JSON)
 
 
+async def admin_routes(request: Request) -> Response:
+    """``GET /admin/v1/routes``: read-only runtime state per alias plan, for principals with the
+    admin role. Route and deployment ids, strategy, circuit state, in-flight counts and EWMA
+    figures; never a URL, a credential or a physical model name beyond the configured id."""
+    runtime = _runtime(request)
+    root = runtime.holder.root
+    try:
+        principal = authenticate(request.headers.get("authorization"), root.keys)
+        if ADMIN_ROLE not in principal.roles:
+            raise PermissionDenied("This endpoint needs the admin role.")
+    except GatewayError as err:
+        return _error(err)
+    aliases = []
+    for name, plan in root.aliases.items():
+        groups = [
+            [
+                {
+                    "route": t.route_id,
+                    "deployment": t.deployment.id,
+                    "priority": t.priority,
+                    "weight": t.weight,
+                    "health": t.health.snapshot(),
+                }
+                for t in group
+            ]
+            for group in plan.groups
+        ]
+        aliases.append({"alias": name, "strategy": plan.strategy.name, "groups": groups})
+    body = {"object": "list", "generation": root.generation, "data": aliases}
+    return Response(orjson.dumps(body), media_type=_JSON)
+
+
 async def healthz(request: Request) -> Response:
     runtime = _runtime(request)
     root = runtime.holder.root
@@ -549,5 +583,6 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
     app.router.add_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"])
     app.router.add_route(f"{prefix}/usage", usage, methods=["GET"])
     app.router.add_route("/healthz", healthz, methods=["GET"])
+    app.router.add_route("/admin/v1/routes", admin_routes, methods=["GET"])
     app.add_middleware(RequestIdMiddleware)
     return app
