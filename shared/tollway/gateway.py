@@ -262,11 +262,10 @@ class Gateway:
                     continue
                 if target.deployment.id in failed_at:
                     await self._backoff(ctx, n, failed_at[target.deployment.id], last_error)
+                record = await self._begin(ctx, n + 1, target, target.deployment.id in failed_at)
+                if record is None:
+                    continue  # lost the race for a half-open probe slot or an in-flight permit
                 n += 1
-                await self._audit_start(ctx, n, target, target.deployment.id in failed_at)
-                record = AttemptRecord(n, target.route_id, target.deployment.id, time.monotonic())
-                ctx.attempts.append(record)
-                record.ticket = target.health.on_start()
                 try:
                     async with asyncio.timeout_at(ctx.deadline):
                         result = await attempt(target, record)
@@ -279,13 +278,9 @@ class Gateway:
                     self._fail(plan, target, record, timeout)
                     self._settled(ctx, record)
                     raise timeout.to_gateway_error() from None
-                except GatewayError:
-                    record.outcome, record.ended = "error", time.monotonic()
-                    target.health.on_abandon(ticket=record.ticket)
-                    self._settled(ctx, record)
-                    raise
-                except BaseException:
-                    record.outcome, record.ended = "cancelled", time.monotonic()
+                except BaseException as exc:  # a gateway-side error, or a cancellation
+                    record.outcome = "error" if isinstance(exc, GatewayError) else "cancelled"
+                    record.ended = time.monotonic()
                     target.health.on_abandon(ticket=record.ticket)
                     self._settled(ctx, record)
                     raise
@@ -342,6 +337,21 @@ class Gateway:
         failed_at[target.deployment.id] = err.retry_after
         if err.category is UpstreamCategory.RATE_LIMIT:
             limited_accounts.setdefault(target.deployment.provider_account_id, target.deployment.id)
+
+    async def _begin(self, ctx: RequestContext, n: int, target: RouteTarget, retried: bool) -> AttemptRecord | None:
+        """Take the target's health ticket and record the attempt's start (under local-durable,
+        durably) before anything is sent; ``None`` when the target refuses the attempt."""
+        ticket = target.health.try_start()
+        if ticket is None:
+            return None
+        try:
+            await self._audit_start(ctx, n, target, retried)
+        except BaseException:
+            target.health.on_abandon(ticket=ticket)
+            raise
+        record = AttemptRecord(n, target.route_id, target.deployment.id, time.monotonic(), ticket=ticket)
+        ctx.attempts.append(record)
+        return record
 
     @staticmethod
     async def _audit_start(ctx: RequestContext, n: int, target: RouteTarget, tried_before: bool) -> None:

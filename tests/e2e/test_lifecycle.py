@@ -158,6 +158,8 @@ def test_up_brings_up_the_local_cloud_and_stops_all_of_it(tmp_path: Path) -> Non
         assert sum(b["requests"] for b in usage["data"]) == 3, usage
         assert usage["scope"] == {"tenant": "local", "principal": "demo"}
         assert all(b["total_tokens"] > 0 and b["usage_evidence"] for b in usage["data"]), usage
+        # The bundled example prices the mock's models, so every request has a known cost.
+        assert all(b["cost_micro_usd"] > 0 and b["unknown_cost_requests"] == 0 for b in usage["data"]), usage
         bad = httpx.get(lines["base URL"] + "/usage", params={"group_by": "color"}, headers=headers, timeout=10)
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
     finally:

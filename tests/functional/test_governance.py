@@ -245,3 +245,26 @@ async def test_concurrent_admissions_never_over_reserve(make_gateway: Any) -> No
     codes = sorted(r.status_code for r in results)
     assert codes.count(200) == 7
     assert codes.count(429) == 13
+
+
+async def test_an_unreachable_lease_store_fails_closed_before_dispatch(
+    make_gateway: Any, mock: MockServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tollway.cloud.local import free_port
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    gw = await make_gateway(
+        store="dynamodb",
+        table="tollway-quota-leases",
+        leaseWaitMs=300,
+        policies=[{"scope": "tenant:acme", "budgets": [{"window": "day", "usd": 5}]}],
+    )
+    before = provider_requests(mock)
+    resp = await gw.chat()
+    assert resp.status_code == 503
+    assert resp.json()["error"]["code"] == "budget_unavailable"
+    assert resp.headers["retry-after"] == "1"
+    assert provider_requests(mock) == before

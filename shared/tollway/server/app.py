@@ -231,6 +231,10 @@ async def _admit_budget(
         )
         err.code = "context_length_exceeded"
         raise err
+    if creq.max_output_tokens is None and not policy.empty:
+        # What is reserved is what the provider is allowed: without an explicit limit some formats
+        # send none, and the answer could outgrow its reservation.
+        creq.max_output_tokens = plan.default_max_output_tokens
     max_output = creq.max_output_tokens or plan.default_max_output_tokens
     admitted = await runtime.governor.admit(
         gov,
@@ -555,8 +559,11 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
             loop.add_signal_handler(signal.SIGHUP, lambda: tasks.append(asyncio.ensure_future(runtime.reload())))
         if watch_interval_s:
             tasks.append(asyncio.ensure_future(runtime.watch(watch_interval_s)))
+        if runtime.governance_config.pricing.bucket:
+            tasks.append(asyncio.ensure_future(runtime.watch_pricing()))
         if runtime.audit is not None:
             runtime.audit.start()
+        await runtime.warm()
         freeze_startup_heap(collect=not on_lambda)
         if not on_lambda:
             # On Lambda one environment serves one request at a time and is frozen between

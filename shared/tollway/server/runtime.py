@@ -134,6 +134,15 @@ class GatewayRuntime:
             self._usage_ledger = DynamoDBUsageLedger.from_env()
         return self._usage_ledger
 
+    async def warm(self) -> None:
+        """Start-up work that would otherwise land on the first requests: the lease store's client."""
+        store = self.governor.ledger.store
+        if isinstance(store, DynamoDBLeaseStore):
+            try:
+                await store.warm()
+            except Exception as exc:  # a store that is down now fails closed per request later
+                log.warning("quota-leases store not reachable at start: %s", type(exc).__name__)
+
     @property
     def governor(self) -> Governor:
         governor = self.gateway.governor
@@ -204,7 +213,7 @@ class GatewayRuntime:
                 active.generation,
             )
             return False
-        if candidate.digest == active.digest:
+        if candidate.digest == active.digest and candidate.pricing.version == active.pricing.version:
             return True
         old = self.holder.swap(candidate)
         log.info("config generation %d active (digest %s)", candidate.generation, candidate.digest[:12])

@@ -95,6 +95,13 @@ class DynamoDBLeaseStore:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
+    async def warm(self) -> None:
+        """Build both clients now, off the request path: loading botocore's service model holds the
+        GIL for a while, and done by the first lease refresh under load it stalls the event loop."""
+        loop = asyncio.get_running_loop()
+        for retry in (True, False):
+            await loop.run_in_executor(self._pool(), self._dynamodb, retry)
+
     def _pool(self) -> ThreadPoolExecutor:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self.settings.threads, thread_name_prefix="tollway-leases")
