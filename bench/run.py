@@ -187,6 +187,9 @@ class Runner:
             # The profile's own audit: keys (commit delay, say) refine the cloud's block.
             overrides["audit"] = deep_merge(cloud_audit, overrides.get("audit", {}))
         config = gateway_config(self.mock.url, profile.mock.faults, digest, overrides)
+        pricing = config.get("governance", {}).get("pricing", {})
+        if pricing.get("catalogFile"):  # a profile names it relative to bench/
+            pricing["catalogFile"] = str((Path(__file__).parent / pricing["catalogFile"]).resolve())
         config_path = self.out / "llm-router.yml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         gw_cmd = gateway_command(config_path, profile.gateway.workers, profile.gateway.server)

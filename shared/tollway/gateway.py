@@ -169,6 +169,26 @@ class CommittedStream:
         await self._stack.aclose()
 
 
+async def _prelude(events: AsyncIterator[StreamEvent], deadline: float) -> list[StreamEvent]:
+    """The events up to and including the first semantic one (the commit point), by ``deadline``:
+    a provider that stalls before its first token fails the attempt as a timeout, so the request
+    can still fall back."""
+    prelude: list[StreamEvent] = []
+    try:
+        async with asyncio.timeout_at(deadline):
+            while True:
+                ev = await anext(events)
+                prelude.append(ev)
+                if isinstance(ev, (*SEMANTIC_EVENTS, StreamFinish)):
+                    return prelude
+    except StopAsyncIteration:
+        raise UpstreamError(UpstreamCategory.MALFORMED, detail="stream ended before output") from None
+    except SseFrameTooLarge:
+        raise UpstreamError(UpstreamCategory.MALFORMED, detail="stream frame too large") from None
+    except TimeoutError:
+        raise UpstreamError(UpstreamCategory.TIMEOUT, detail="stream setup deadline") from None
+
+
 class Gateway:
     """Executes requests against the targets of their alias plan."""
 
@@ -200,27 +220,22 @@ class Gateway:
 
     async def open_stream(self, ctx: RequestContext, req: CanonicalRequest) -> CommittedStream:
         async def attempt(target: RouteTarget, record: AttemptRecord) -> CommittedStream:
+            setup_deadline = asyncio.get_running_loop().time() + ctx.root.limits.stream_setup_timeout_s
             codec = target.deployment.codec
             upstream = codec.encode_request(req, target.target)
             stack = AsyncExitStack()
             try:
-                response = await stack.enter_async_context(target.deployment.transport.stream(upstream))
+                try:
+                    async with asyncio.timeout_at(setup_deadline):
+                        response = await stack.enter_async_context(target.deployment.transport.stream(upstream))
+                except TimeoutError:
+                    raise UpstreamError(UpstreamCategory.TIMEOUT, detail="stream setup deadline") from None
                 if response.status >= 400:
                     body = await response.read_bounded()
                     raise codec.decode_error(response.status, response.headers, body)
                 record.upstream_status = response.status
                 events = codec.decode_stream(aiter_sse(response.aiter_bytes())).__aiter__()
-                prelude: list[StreamEvent] = []
-                try:
-                    while True:
-                        ev = await anext(events)
-                        prelude.append(ev)
-                        if isinstance(ev, (*SEMANTIC_EVENTS, StreamFinish)):
-                            break
-                except StopAsyncIteration:
-                    raise UpstreamError(UpstreamCategory.MALFORMED, detail="stream ended before output") from None
-                except SseFrameTooLarge:
-                    raise UpstreamError(UpstreamCategory.MALFORMED, detail="stream frame too large") from None
+                prelude = await _prelude(events, setup_deadline)
             except BaseException:
                 await stack.aclose()
                 raise

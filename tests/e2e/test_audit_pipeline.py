@@ -72,6 +72,7 @@ def audited_gateway(
     cfg["providers"]["openai-timeout"] = {
         **cfg["providers"]["openai-delay"],
         "providerAccountId": "acct-openai-timeout",
+        "quotaGroupId": "acct-openai-timeout-default",
         "requestTimeoutMs": 500,
         "connectTimeoutMs": 500,
     }

@@ -61,6 +61,15 @@ class GatewayLimits:
     path_prefix: str = "/v1"
     max_loop_lag_s: float = float("inf")
     """Shed new requests while the event loop lags more than this (``inf``: never)."""
+    stream_setup_timeout_s: float = 5.0
+    """From dispatch to a stream's first semantic event; past it the attempt fails as a timeout."""
+    min_drain_bytes_per_s: float = 0.0
+    """A client that drains slower than this while the gateway waits on it is cut off (0: never)."""
+    drain_grace_s: float = 10.0
+    """How long a client may wait-drain before its rate is judged."""
+    max_queued_requests: int = 0
+    """Requests that may wait for a request permit (0: fail fast)."""
+    max_queue_wait_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -171,6 +180,11 @@ class Publisher:
             body_read_timeout_s=cfg.admission.bodyReadTimeoutMs / 1000,
             max_stream_lifetime_s=cfg.admission.maxStreamLifetimeMs / 1000,
             downstream_write_timeout_s=cfg.admission.downstreamWriteProgressTimeoutMs / 1000,
+            stream_setup_timeout_s=cfg.admission.streamSetupTimeoutMs / 1000,
+            min_drain_bytes_per_s=float(cfg.admission.minStreamDrainBytesPerSecond),
+            drain_grace_s=cfg.admission.streamDrainGraceMs / 1000,
+            max_queued_requests=cfg.admission.maxQueuedRequests,
+            max_queue_wait_s=cfg.admission.maxQueueWaitMs / 1000,
             session_header=cfg.routing.sessionHeader.lower(),
             path_prefix=cfg.pathPrefix,
             max_loop_lag_s=cfg.admission.maxEventLoopLagMs / 1000 if cfg.admission.maxEventLoopLagMs else float("inf"),

@@ -164,6 +164,8 @@ class AdmissionConfig(_Model):
     maxStreamLifetimeMs: int = 120000
     downstreamWriteProgressTimeoutMs: int = 10000
     minStreamDrainBytesPerSecond: int = 256
+    """Judged over the time the gateway waited for the client to take frames, after the grace."""
+    streamDrainGraceMs: int = Field(default=10000, ge=0)
     bodyReadTimeoutMs: int = 10000
 
 

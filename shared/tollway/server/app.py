@@ -276,7 +276,7 @@ async def chat_completions(request: Request) -> Response:
     try:
         principal = authenticate(request.headers.get("authorization"), root.keys)
         _check_content_type(request)
-        runtime.admission.acquire(root)
+        await runtime.admission.enter(root)
         admitted = True
         raw = await _read_body(request, root.limits.max_request_body_bytes, root.limits.body_read_timeout_s)
         env = parse_body(raw)
@@ -318,6 +318,8 @@ async def chat_completions(request: Request) -> Response:
                 write_timeout_s=root.limits.downstream_write_timeout_s,
                 lifetime_s=root.limits.max_stream_lifetime_s,
                 lifetime_frame=ChunkRenderer.error(DeadlineExceeded("The stream exceeded its maximum lifetime.")),
+                min_drain_bytes_per_s=root.limits.min_drain_bytes_per_s,
+                drain_grace_s=root.limits.drain_grace_s,
             )
         async with _cancel_on_disconnect(request):
             result = await runtime.gateway.complete(ctx, creq)

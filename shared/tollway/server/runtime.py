@@ -8,8 +8,10 @@ log says why (the issue paths, never a secret value).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,6 +47,8 @@ class Admission:
 
     requests: int = 0
     streams: int = 0
+    _waiting: deque[asyncio.Future[None]] = field(default_factory=deque)
+    """Requests queued for a request permit, oldest first (only with ``maxQueuedRequests`` > 0)."""
     loop_lag_s: float = 0.0
     """The last measured event-loop lag (0 until :meth:`monitor_loop_lag` runs)."""
     shed_lag: int = 0
@@ -59,6 +63,35 @@ class Admission:
             self.shed_lag += 1
             raise self._overloaded(root)
         self.requests += 1
+
+    async def enter(self, root: PublishedRoot) -> None:
+        """:meth:`acquire`, or with a configured queue, wait for a permit in FIFO order up to
+        ``maxQueueWaitMs``; a full queue or a wait past its deadline is the overload answer."""
+        limits = root.limits
+        try:
+            self.acquire(root)
+            return
+        except Overloaded:
+            if not limits.max_queued_requests or self.loop_lag_s > limits.max_loop_lag_s:
+                raise
+            if len(self._waiting) >= limits.max_queued_requests:
+                raise
+        handoff: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(handoff)
+        try:
+            await asyncio.wait_for(asyncio.shield(handoff), limits.max_queue_wait_s)
+        except TimeoutError:
+            if not handoff.done():
+                raise self._overloaded(root) from None
+        except asyncio.CancelledError:
+            if handoff.done() and not handoff.cancelled():
+                self.release(False)  # the permit was handed over as the caller left: pass it on
+            raise
+        finally:
+            if not handoff.done():
+                handoff.cancel()
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(handoff)
 
     async def monitor_loop_lag(self, interval_s: float = 0.01) -> None:
         """Sample the event loop's lag every ``interval_s`` until cancelled (off the request path)."""
@@ -81,9 +114,14 @@ class Admission:
         return err
 
     def release(self, stream: bool) -> None:
-        self.requests -= 1
         if stream:
             self.streams -= 1
+        while self._waiting:  # hand the request permit straight to the oldest waiter
+            handoff = self._waiting.popleft()
+            if not handoff.done():
+                handoff.set_result(None)
+                return
+        self.requests -= 1
 
 
 @dataclass

@@ -11,8 +11,10 @@ hop cost time to first token under load: docs/benchmarks.md).
 Each ``send`` is bounded by the write-progress deadline: uvicorn's ``send`` waits while the
 socket is paused, so a slow reader pauses the upstream read, then is cut off. One watchdog timer
 per stream checks the send in progress, rather than an ``asyncio.timeout`` (a timer armed and
-cancelled) around every frame. The whole stream is bounded by an absolute lifetime that nothing
-extends.
+cancelled) around every frame. A reader that keeps up only barely is judged by its drain rate:
+the bytes sent over the time the gateway spent waiting for it to take them; once that waiting
+passes the grace period, a rate below the minimum cuts the stream off too. The whole stream is
+bounded by an absolute lifetime that nothing extends (heartbeats and trickle reads included).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from starlette.types import Message, Receive, Scope, Send
 
 __all__ = ["SseResponse"]
 
-_Cut = Literal["disconnect", "stalled"]
+_Cut = Literal["disconnect", "stalled", "slow"]
+_BLOCKED_S = 0.001
+"""A send that took longer than this waited for the client (uvicorn's send returns at once otherwise)."""
 
 
 class SseResponse(Response):
@@ -42,6 +46,8 @@ class SseResponse(Response):
         write_timeout_s: float,
         lifetime_s: float,
         lifetime_frame: bytes,
+        min_drain_bytes_per_s: float = 0.0,
+        drain_grace_s: float = 10.0,
     ) -> None:
         self.status_code = 200
         self.background = None
@@ -57,6 +63,10 @@ class SseResponse(Response):
         self._write_timeout_s = write_timeout_s
         self._lifetime_s = lifetime_s
         self._lifetime_frame = lifetime_frame
+        self._min_drain = min_drain_bytes_per_s
+        self._drain_grace_s = drain_grace_s
+        self._sent = 0
+        self._waited = 0.0
         self._sending_since = -1.0
         """Loop time at which the send in progress began; negative while no send is waiting."""
         self._cut: _Cut | None = None
@@ -67,9 +77,13 @@ class SseResponse(Response):
         try:
             async with asyncio.timeout(self._lifetime_s):
                 async for frame in self._frames:
-                    self._sending_since = loop.time()
+                    since = self._sending_since = loop.time()
                     await send({"type": "http.response.body", "body": frame, "more_body": True})
                     self._sending_since = -1.0
+                    self._sent += len(frame)
+                    if self._min_drain and self._too_slow(loop.time() - since):
+                        self._cut = "slow"
+                        return  # no final frame: the client is not keeping up, close
         except TimeoutError:
             await self._frames.aclose()
             with contextlib.suppress(Exception):
@@ -77,6 +91,12 @@ class SseResponse(Response):
                     await send({"type": "http.response.body", "body": self._lifetime_frame, "more_body": True})
         async with asyncio.timeout(self._write_timeout_s):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def _too_slow(self, waited: float) -> bool:
+        if waited < _BLOCKED_S:
+            return False
+        self._waited += waited
+        return self._waited > self._drain_grace_s and self._sent < self._min_drain * self._waited
 
     def _watch_progress(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -> None:
         """Cut the stream off once one send has waited for the write-progress deadline."""

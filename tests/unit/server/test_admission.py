@@ -102,3 +102,62 @@ async def test_monitor_measures_a_blocked_loop_and_recovers() -> None:
         assert adm.loop_lag_s < 0.1
     finally:
         task.cancel()
+
+
+async def test_without_a_queue_admission_fails_fast(tmp_path: Path) -> None:
+    root = compile_root(tmp_path, maxConcurrentRequests=1)
+    adm = Admission()
+    await adm.enter(root)
+    started = time.monotonic()
+    with pytest.raises(Overloaded):
+        await adm.enter(root)
+    assert time.monotonic() - started < 0.05
+    assert adm.requests == 1
+
+
+async def test_a_bounded_queue_hands_permits_over_in_order(tmp_path: Path) -> None:
+    root = compile_root(tmp_path, maxConcurrentRequests=1, admission={"maxQueuedRequests": 2, "maxQueueWaitMs": 2000})
+    adm = Admission()
+    await adm.enter(root)
+    second = asyncio.ensure_future(adm.enter(root))
+    third = asyncio.ensure_future(adm.enter(root))
+    await asyncio.sleep(0.01)
+    with pytest.raises(Overloaded):  # the queue holds two
+        await adm.enter(root)
+    assert not second.done() and not third.done()
+    adm.release(stream=False)
+    await asyncio.wait_for(second, 1)
+    assert not third.done()
+    assert adm.requests == 1  # the permit moved, it was not counted twice
+    adm.release(stream=False)
+    await asyncio.wait_for(third, 1)
+    adm.release(stream=False)
+    assert adm.requests == 0
+
+
+async def test_a_queued_request_gives_up_at_its_deadline(tmp_path: Path) -> None:
+    root = compile_root(tmp_path, maxConcurrentRequests=1, admission={"maxQueuedRequests": 1, "maxQueueWaitMs": 100})
+    adm = Admission()
+    await adm.enter(root)
+    started = time.monotonic()
+    with pytest.raises(Overloaded):
+        await adm.enter(root)
+    assert 0.09 <= time.monotonic() - started < 1.0
+    adm.release(stream=False)
+    assert adm.requests == 0  # nobody was waiting any more: the permit simply returned
+
+
+async def test_a_cancelled_waiter_leaves_the_queue(tmp_path: Path) -> None:
+    root = compile_root(tmp_path, maxConcurrentRequests=1, admission={"maxQueuedRequests": 1, "maxQueueWaitMs": 5000})
+    adm = Admission()
+    await adm.enter(root)
+    waiter = asyncio.ensure_future(adm.enter(root))
+    await asyncio.sleep(0.01)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    later = asyncio.ensure_future(adm.enter(root))  # the queue has room again
+    await asyncio.sleep(0.01)
+    adm.release(stream=False)
+    await asyncio.wait_for(later, 1)
+    assert adm.requests == 1

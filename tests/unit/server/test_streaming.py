@@ -14,8 +14,15 @@ from tollway.server.streaming import SseResponse
 class Peer:
     """The server side of one response: records what was sent, and can stall or disconnect."""
 
-    def __init__(self, *, stall_after: int | None = None, disconnect_after_s: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        stall_after: int | None = None,
+        disconnect_after_s: float | None = None,
+        drain_bytes_per_s: float | None = None,
+    ) -> None:
         self.sent: list[dict[str, Any]] = []
+        self._drain = drain_bytes_per_s
         self._stall_after = stall_after
         self._disconnect_after_s = disconnect_after_s
         self._never = asyncio.Event()
@@ -28,6 +35,8 @@ class Peer:
         bodies = sum(1 for m in self.sent if m["type"] == "http.response.body")
         if message["type"] == "http.response.body" and self._stall_after is not None and bodies >= self._stall_after:
             await self._never.wait()  # a reader that stopped reading: the socket stays paused
+        if message["type"] == "http.response.body" and self._drain:
+            await asyncio.sleep(len(message["body"]) / self._drain)  # a reader taking bytes slowly
         self.sent.append(message)
 
     async def receive(self) -> dict[str, Any]:
@@ -63,7 +72,14 @@ class Session:
         self.closed += 1
 
 
-def response(session: Session, *, write_timeout_s: float = 5.0, lifetime_s: float = 5.0) -> SseResponse:
+def response(
+    session: Session,
+    *,
+    write_timeout_s: float = 5.0,
+    lifetime_s: float = 5.0,
+    min_drain: float = 0.0,
+    drain_grace_s: float = 0.2,
+) -> SseResponse:
     return SseResponse(
         session.frames(),
         on_close=session.close,
@@ -71,6 +87,8 @@ def response(session: Session, *, write_timeout_s: float = 5.0, lifetime_s: floa
         write_timeout_s=write_timeout_s,
         lifetime_s=lifetime_s,
         lifetime_frame=b"data: lifetime\n\n",
+        min_drain_bytes_per_s=min_drain,
+        drain_grace_s=drain_grace_s,
     )
 
 
@@ -131,3 +149,21 @@ async def test_an_outside_cancellation_still_propagates_and_closes() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert session.closed == 1
+
+
+async def test_a_reader_draining_below_the_minimum_rate_is_cut_off_after_the_grace() -> None:
+    # Frames of 10 bytes taken at 100 B/s: 0.1 s of waiting per frame, against a 1000 B/s minimum.
+    session, peer = Session(100, 0), Peer(drain_bytes_per_s=100)
+    await asyncio.wait_for(response(session, min_drain=1000, drain_grace_s=0.2)({}, peer.receive, peer.send), 5)
+    assert 2 <= len(peer.bodies) <= 5
+    assert b"" not in peer.bodies  # cut off, not completed
+    assert session.closed == 1
+    assert session.ended_by in {"cancelled", "closed"}
+
+
+async def test_a_slow_producer_is_not_mistaken_for_a_slow_reader() -> None:
+    # The client takes frames at once; the upstream is slow. Nothing waits on the client.
+    session, peer = Session(8, 0.05), Peer()
+    await asyncio.wait_for(response(session, min_drain=1_000_000, drain_grace_s=0.0)({}, peer.receive, peer.send), 5)
+    assert len(peer.bodies) == 9
+    assert session.ended_by == "done"
