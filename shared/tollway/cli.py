@@ -49,14 +49,17 @@ def _worker(sock: socket.socket, config_path: str, log_level: str, access_log: b
     os.environ["TOLLWAY_WORKER_INDEX"] = str(index)
     import uvicorn
 
+    from tollway.config import load_config
     from tollway.server.app import create_app
+    from tollway.server.protocol import header_deadline_protocol
 
     _configure_logging(log_level, access_log)
+    header_timeout_s = load_config(Path(config_path)).admission.headerReadTimeoutMs / 1000
     config = uvicorn.Config(
         app=lambda: create_app(config_path),
         factory=True,
         loop="uvloop",
-        http="httptools",
+        http=header_deadline_protocol(header_timeout_s),
         lifespan="on",
         access_log=False,
         log_level="warning",

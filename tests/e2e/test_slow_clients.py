@@ -43,7 +43,12 @@ def config(mock_url: str, digest: str) -> dict[str, Any]:
     }
     return {
         "streamIdleTimeoutMs": 800,
-        "admission": {"bodyReadTimeoutMs": 500, "downstreamWriteProgressTimeoutMs": 1000, "streamSetupTimeoutMs": 2000},
+        "admission": {
+            "bodyReadTimeoutMs": 500,
+            "headerReadTimeoutMs": 500,
+            "downstreamWriteProgressTimeoutMs": 1000,
+            "streamSetupTimeoutMs": 2000,
+        },
         "providers": {name: provider(fault) for name, fault in faults.items()},
         "models": [
             {
@@ -109,6 +114,43 @@ def test_a_slowloris_body_gets_408_and_frees_its_permit(gateway: Gateway) -> Non
     assert '"request_timeout"' in reply
     assert elapsed < 5
     wait_idle(gateway)
+
+
+@pytest.mark.parametrize(
+    "sent", [b"", b"POST /v1/chat/com", b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-A: 1"]
+)
+def test_slowloris_headers_get_408_and_the_connection_closed(gateway: Gateway, sent: bytes) -> None:
+    sock = connect(gateway)
+    try:
+        started = time.monotonic()
+        if sent:
+            sock.sendall(sent)
+        reply = b""
+        while chunk := sock.recv(4096):  # until the gateway closes the connection
+            reply += chunk
+        elapsed = time.monotonic() - started
+    finally:
+        sock.close()
+    assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+    assert b'"request_timeout"' in reply
+    assert 0.4 <= elapsed < 5
+
+
+def test_a_kept_alive_connection_gets_the_header_deadline_again(gateway: Gateway) -> None:
+    sock = connect(gateway)
+    try:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+        first = sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200")
+        sock.sendall(b"GET /heal")  # the next request never finishes its headers
+        started = time.monotonic()
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+        assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+        assert time.monotonic() - started < 5
+    finally:
+        sock.close()
 
 
 def test_a_reader_that_stops_reading_is_cut_off_and_frees_its_permits(gateway: Gateway) -> None:

@@ -181,6 +181,7 @@ def attempt_started(
     reason: Literal["first", "retry", "fallback"],
     root_generation: int | None = None,
     route_bucket: str | None = None,
+    pricing_version: str | None = None,
 ) -> AuditEvent:
     """``reason``: ``retry`` re-tries a deployment already tried; ``fallback`` moves to another.
     ``routeBucket`` is the canary/A-B bucket the route decision chose, if the alias splits."""
@@ -197,6 +198,7 @@ def attempt_started(
             "reason": reason,
             "rootGeneration": root_generation,
             "routeBucket": route_bucket,
+            "pricingVersion": pricing_version,
         },
     )
 

@@ -117,6 +117,7 @@ class AuditRecorder:
                 reason=reason,
                 root_generation=ctx.root.generation,
                 route_bucket=ctx.route_bucket,
+                pricing_version=ctx.root.pricing.version,
             )
         )
         if self._durable:

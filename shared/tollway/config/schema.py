@@ -167,6 +167,8 @@ class AdmissionConfig(_Model):
     """Judged over the time the gateway waited for the client to take frames, after the grace."""
     streamDrainGraceMs: int = Field(default=10000, ge=0)
     bodyReadTimeoutMs: int = 10000
+    headerReadTimeoutMs: int = Field(default=10000, ge=100, le=600000)
+    """A request's headers must be complete this long after its first byte (server mode; fixed at start)."""
 
 
 class KeyConfig(_Model):

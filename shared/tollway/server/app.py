@@ -42,6 +42,7 @@ from tollway.canonical import (
     estimate_request_tokens,
     estimate_tokens,
 )
+from tollway.config.root import PublishedRoot
 from tollway.exceptions import (
     DeadlineExceeded,
     GatewayError,
@@ -210,12 +211,12 @@ async def _finish(
 
 
 async def _admit_budget(
-    runtime: GatewayRuntime, root_policy_key: str, plan: AliasPlan, creq: CanonicalRequest, stream: bool
+    runtime: GatewayRuntime, root: PublishedRoot, key_id: str, plan: AliasPlan, creq: CanonicalRequest, stream: bool
 ) -> tuple[Admitted | None, int]:
-    """Reserve the request's tokens and cost (after the parse, before any provider work)."""
-    root = runtime.holder.root
+    """Reserve the request's tokens and cost (after the parse, before any provider work), against
+    the root the request captured at admission."""
     gov = root.governance
-    policy = gov.policy(root_policy_key, plan.name)
+    policy = gov.policy(key_id, plan.name)
     if policy.max_output_tokens is not None:
         if creq.max_output_tokens is not None and creq.max_output_tokens > policy.max_output_tokens:
             raise InvalidRequest(
@@ -239,7 +240,7 @@ async def _admit_budget(
     admitted = await runtime.governor.admit(
         gov,
         root.pricing,
-        root_policy_key,
+        key_id,
         plan.name,
         input_tokens=input_tokens,
         max_output_tokens=max_output,
@@ -299,7 +300,9 @@ async def chat_completions(request: Request) -> Response:
             audit=audit,
         )
         if governed:
-            ctx.governance, ctx.reserved_tokens = await _admit_budget(runtime, principal.key_id, plan, creq, stream)
+            ctx.governance, ctx.reserved_tokens = await _admit_budget(
+                runtime, root, principal.key_id, plan, creq, stream
+            )
         if audit is not None:
             audit.admitted(ctx, stream=stream)  # before any provider work: a full or dead WAL is a 503 here
             admitted_at = time.monotonic()

@@ -272,7 +272,10 @@ class GatewayRuntime:
     async def aclose(self) -> None:
         for task in list(self._tasks):
             task.cancel()
-        await self.governor.ledger.aclose()
+        await self.governor.ledger.aclose()  # gives unused lease units back to the shared store
+        store = self.governor.ledger.store
+        if isinstance(store, DynamoDBLeaseStore):
+            store.close()
         await self.publisher.aclose()
 
 
