@@ -18,13 +18,9 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-
-from functions.audit_writer.message import MalformedMessage, decode_message
+from tollway.audit.consumer import SqsHandler, sqs_batch_handler
+from tollway.audit.messages import MalformedMessage, decode_message
 from tollway.audit.store import (
     ApplyResult,
     AuditStore,
@@ -39,7 +35,6 @@ __all__ = ["SqsHandler", "StoreFactory", "build_handler", "default_store", "hand
 log = logging.getLogger("tollway.audit_writer")
 
 StoreFactory = Callable[[], AuditStore]
-SqsHandler = Callable[[dict[str, Any], Any], PartialItemFailureResponse]
 
 _SAFE_TEXT = (MalformedMessage, MalformedEvent, AuditStoreError)
 """Errors whose text names positions, fields and codes only, and so may be logged."""
@@ -59,38 +54,13 @@ def default_store() -> AuditStore:
     return _store_for(StoreSettings.from_env())
 
 
+def _describe(result: ApplyResult) -> str:
+    return f"{result.applied} event(s) applied, {result.duplicates} duplicate(s), {result.unknown} of unknown kind"
+
+
 def build_handler(store: StoreFactory) -> SqsHandler:
     """A Lambda handler that applies each SQS message's events to ``store()``."""
-
-    def record_handler(record: SQSRecord) -> ApplyResult:
-        try:
-            result = store().apply(decode_message(record.body))
-        except _SAFE_TEXT as exc:
-            log.warning("message %s failed: %s: %s", record.message_id, type(exc).__name__, exc)
-            raise
-        except Exception as exc:
-            log.warning("message %s failed: %s", record.message_id, type(exc).__name__)
-            raise
-        log.info(
-            "message %s: %d event(s) applied, %d duplicate(s), %d of unknown kind",
-            record.message_id,
-            result.applied,
-            result.duplicates,
-            result.unknown,
-        )
-        return result
-
-    def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
-        # One processor per invocation: it holds the batch's state, and the local runner may
-        # invoke this handler from several threads at once.
-        processor = BatchProcessor(EventType.SQS, raise_on_entire_batch_failure=False)
-        response = process_partial_response(
-            event=event, record_handler=record_handler, processor=processor, context=context
-        )
-        log.info("batch of %d message(s): %d failed", len(event.get("Records", [])), len(response["batchItemFailures"]))
-        return response
-
-    return handler
+    return sqs_batch_handler(lambda body: store().apply(decode_message(body)), _describe, safe=_SAFE_TEXT, log=log)
 
 
 handler = build_handler(default_store)

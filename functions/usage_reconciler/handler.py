@@ -19,13 +19,9 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-
-from functions.usage_reconciler.message import MalformedMessage, decode_message
+from tollway.audit.consumer import SqsHandler, sqs_batch_handler
+from tollway.audit.messages import MalformedMessage, decode_message
 from tollway.metering import (
     ApplyResult,
     DynamoDBUsageLedger,
@@ -41,7 +37,6 @@ __all__ = ["LedgerFactory", "MessageResult", "SqsHandler", "build_handler", "def
 log = logging.getLogger("tollway.usage_reconciler")
 
 LedgerFactory = Callable[[], UsageLedger]
-SqsHandler = Callable[[dict[str, Any], Any], PartialItemFailureResponse]
 
 _SAFE_TEXT = (MalformedMessage, MalformedUsageEvent, UsageLedgerUnavailable)
 """Errors whose text names positions, fields, tables and codes only, and so may be logged."""
@@ -72,38 +67,13 @@ def _apply(ledger: UsageLedger, body: str) -> MessageResult:
     return MessageResult(counts[ApplyResult.APPLIED], counts[ApplyResult.DUPLICATE], counts[ApplyResult.SKIPPED])
 
 
+def _describe(result: MessageResult) -> str:
+    return f"{result.applied} request(s) applied, {result.duplicates} duplicate(s), {result.skipped} event(s) skipped"
+
+
 def build_handler(ledger: LedgerFactory) -> SqsHandler:
     """A Lambda handler that applies each SQS message's events to ``ledger()``."""
-
-    def record_handler(record: SQSRecord) -> MessageResult:
-        try:
-            result = _apply(ledger(), record.body)
-        except _SAFE_TEXT as exc:
-            log.warning("message %s failed: %s: %s", record.message_id, type(exc).__name__, exc)
-            raise
-        except Exception as exc:
-            log.warning("message %s failed: %s", record.message_id, type(exc).__name__)
-            raise
-        log.info(
-            "message %s: %d request(s) applied, %d duplicate(s), %d event(s) skipped",
-            record.message_id,
-            result.applied,
-            result.duplicates,
-            result.skipped,
-        )
-        return result
-
-    def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
-        # One processor per invocation: it holds the batch's state, and the local runner may
-        # invoke this handler from several threads at once.
-        processor = BatchProcessor(EventType.SQS, raise_on_entire_batch_failure=False)
-        response = process_partial_response(
-            event=event, record_handler=record_handler, processor=processor, context=context
-        )
-        log.info("batch of %d message(s): %d failed", len(event.get("Records", [])), len(response["batchItemFailures"]))
-        return response
-
-    return handler
+    return sqs_batch_handler(lambda body: _apply(ledger(), body), _describe, safe=_SAFE_TEXT, log=log)
 
 
 handler = build_handler(default_ledger)

@@ -40,6 +40,7 @@ def config(mock_url: str, digest: str) -> dict[str, Any]:
         "huge": "chunks=2000,words=1000000",
         "stall-after": "chunks=5,stall_at=2,stall_ms=60000",
         "malformed": "chunks=5,malformed=3",
+        "truncated": "chunks=5,abort_after=2",
     }
     return {
         "streamIdleTimeoutMs": 800,
@@ -116,6 +117,19 @@ def test_a_slowloris_body_gets_408_and_frees_its_permit(gateway: Gateway) -> Non
     wait_idle(gateway)
 
 
+def read_response(sock: socket.socket) -> bytes:
+    """One whole response with a Content-Length body (the headers and body may arrive apart)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    fields = (line.partition(b":") for line in head.split(b"\r\n")[1:])
+    length = next(int(value) for name, _, value in fields if name.strip().lower() == b"content-length")
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
 @pytest.mark.parametrize(
     "sent", [b"", b"POST /v1/chat/com", b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-A: 1"]
 )
@@ -140,7 +154,7 @@ def test_a_kept_alive_connection_gets_the_header_deadline_again(gateway: Gateway
     sock = connect(gateway)
     try:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
-        first = sock.recv(65536)
+        first = read_response(sock)
         assert first.startswith(b"HTTP/1.1 200")
         sock.sendall(b"GET /heal")  # the next request never finishes its headers
         started = time.monotonic()
@@ -199,4 +213,16 @@ def test_malformed_sse_after_the_first_token_ends_with_one_error_event(gateway: 
     assert lines[-1] != "data: [DONE]"
     assert sum('"error"' in line for line in lines) == 1
     assert "{not json" not in "".join(lines)  # the provider's bytes never reach the client
+    wait_idle(gateway)
+
+
+def test_a_stream_truncated_mid_frame_ends_with_one_error_event(gateway: Gateway) -> None:
+    headers = {"authorization": f"Bearer {gateway.keys['p']}"}
+    body = {"model": "truncated", "stream": True, "messages": [{"role": "user", "content": "go"}]}
+    with httpx.stream("POST", gateway.base_url + "/chat/completions", json=body, headers=headers, timeout=30) as resp:
+        assert resp.status_code == 200
+        lines = [line for line in resp.iter_lines() if line.startswith("data: ")]
+    assert sum('"content"' in line for line in lines) >= 1  # the output before the cut reached the client
+    assert lines[-1] != "data: [DONE]"
+    assert sum('"error"' in line for line in lines) == 1
     wait_idle(gateway)

@@ -1,13 +1,14 @@
-"""The usage queue's message format: the audit queue's, as the WAL shipper sends it::
+"""The audit and usage queues' message format, as the WAL shipper sends it::
 
     {"v": 1, "events": [<event object>, ...]}
 
-UTF-8 JSON, 1 to 64 events; each event object is what :meth:`tollway.audit.events.AuditEvent.encode`
-produces. A message is the unit of failure: one bad event fails its whole message.
+UTF-8 JSON, 1 to 64 events in WAL order; each event object is exactly what
+:meth:`tollway.audit.events.AuditEvent.encode` produces, decoded by
+:func:`tollway.audit.events.decode_event`. A message is the unit of failure: one bad event fails
+its whole message, which is retried and, past the queue's maxReceiveCount, dead-lettered intact.
 
-This mirrors ``functions/audit_writer/message.py`` rather than importing it: a function's Lambda
-asset holds only its own folder (``infra/assets.py``), so one function cannot import another.
-The envelope belongs in ``tollway.audit``, where both could share it.
+The shipper writes the envelope with the standard library (``tollway.audit.sinks``: the Lambda
+extension has nothing else); the consumers read it here, in the core layer both functions share.
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ MAX_EVENTS: Final = 64
 
 
 class MalformedMessage(ValueError):
-    """A message that is not a version-1 batch of valid events; the text never quotes the message."""
+    """A message that is not a version-1 batch of valid events.
+
+    The text names the position and the rule broken, never a value from the message: it reaches
+    logs, and a message body must not.
+    """
 
 
 def decode_message(body: str | bytes) -> list[AuditEvent]:
