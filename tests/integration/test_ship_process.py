@@ -95,6 +95,8 @@ def test_ships_everything_and_exits_when_its_gateway_is_gone(setup: tuple[Path, 
     try:
         assert _wait(lambda: _acked(directory) == 20), "the ship process did not acknowledge the WAL"
         assert shipper.poll() is None
+        # Background work: it yields the cores to the gateway's workers (niceness 10 above ours).
+        assert os.getpriority(os.PRIO_PROCESS, shipper.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
         gateway.kill()
         gateway.wait(5)
         assert shipper.wait(15) == 0

@@ -12,6 +12,9 @@ gateway 0.58 ms (SQS) to 1.3 ms (Kafka) of CPU per request at 500 RPS (docs/benc
   it drains once more and exits, so a killed gateway leaves no shipper behind.
 - SIGTERM / SIGINT: a last drain within ``--stop-timeout``, then exit 0.
 - A sink failure acknowledges nothing (the records stay in the WAL) and backs off, doubling to 5 s.
+- It runs at a lower CPU priority (``--nice``, default 10): shipping is background work that can
+  wait a few milliseconds, a request cannot. When the cores are busy the scheduler serves the
+  workers first; the WAL holds what is not shipped yet (bounded by ``spool.maxBytes``).
 """
 
 from __future__ import annotations
@@ -136,7 +139,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config", required=True, type=Path)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--parent", type=int, default=None, help="exit when this process is gone (default: ours)")
+    parser.add_argument("--nice", type=int, default=10, help="lower this process's CPU priority by this much (0: not)")
     args = parser.parse_args(argv)
+    if args.nice > 0:
+        try:
+            os.nice(args.nice)
+        except OSError:  # a platform or sandbox that refuses it: ship at normal priority
+            pass
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
     stop = threading.Event()
 
