@@ -262,7 +262,7 @@ class Gateway:
         saturated = False
         n = 0
         while n < plan.retry.max_attempts:
-            decision = plan.decide(selection, ctx.rng)
+            decision = plan.decide(selection, ctx.rng, ctx.principal.regions)
             ctx.route_bucket = decision.bucket
             order = decision.targets
             if not order:

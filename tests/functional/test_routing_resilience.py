@@ -97,7 +97,7 @@ async def make(tmp_path: Path, mock: MockServerThread, monkeypatch: pytest.Monke
             "providers": providers,
             "models": [model],
             "routing": {"baseBackoffMs": 1, "maxBackoffMs": 5, **extra.pop("routing", {})},
-            "principals": [principal("user", KEY), principal("ops", ADMIN_KEY, ["admin"])],
+            "principals": [{**principal("user", KEY), **extra.pop("user", {})}, principal("ops", ADMIN_KEY, ["admin"])],
             **extra,
         }
         path = tmp_path / "llm-router.yml"
@@ -271,3 +271,51 @@ async def test_admin_routes_needs_the_admin_role_and_carries_no_secret(make: Any
     assert plan["alias"] == "chat"
     assert plan["groups"][0][0]["route"] == "r"
     assert plan["groups"][0][0]["health"]["inFlight"] == 0
+
+
+async def test_region_is_a_hard_filter_never_a_fallback(make: Any, mock: MockServerThread) -> None:
+    url = mock.base_url
+    gw = await make(
+        {"ca": provider(url, "acct-ca", "status=500"), "us": provider(url, "acct-us")},
+        [
+            {**route("in-ca", "ca", "m-ca"), "regions": ["ca"]},
+            {**route("in-us", "us", "m-us", priority=1), "regions": ["us"]},
+        ],
+        routing={"maxAttempts": 3},
+        user={"regions": ["ca"]},
+    )
+    # The Canadian route fails; the US one is healthy but outside the principal's regions.
+    resp = await gw.chat()
+    assert resp.status_code == 502
+    assert set(gw.reached()) == {"m-ca"}
+    # Another principal without the restriction falls back to the US route as usual.
+    assert (await gw.chat(ADMIN_KEY)).status_code == 200
+    assert gw.reached()[-1] == "m-us"
+
+
+async def test_a_principal_whose_regions_no_route_serves_is_refused_before_dispatch(
+    make: Any, mock: MockServerThread
+) -> None:
+    gw = await make(
+        {"us": provider(mock.base_url, "acct-us")},
+        [{**route("in-us", "us", "m-us"), "regions": ["us"]}],
+        user={"regions": ["eu"]},
+    )
+    resp = await gw.chat()
+    assert resp.status_code == 403
+    assert resp.json()["error"]["code"] == "permission_denied"
+    assert gw.reached() == []
+
+
+async def test_data_class_must_be_approved_for_the_alias(make: Any, mock: MockServerThread) -> None:
+    gw = await make(
+        {"p": provider(mock.base_url, "acct")},
+        [route("r", "p", "m-dc")],
+        model={"dataClassifications": ["public", "internal"]},
+        user={"dataClass": "restricted"},
+    )
+    resp = await gw.chat()
+    assert resp.status_code == 403
+    assert "data classification" in resp.json()["error"]["message"]
+    assert gw.reached() == []
+    assert (await gw.chat(ADMIN_KEY)).status_code == 200  # no class declared: not restricted

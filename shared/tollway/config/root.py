@@ -281,6 +281,7 @@ class Publisher:
                     health=self.health.get(
                         route.provider, circuit, max_in_flight=cfg.providers[route.provider].maxInFlight
                     ),
+                    regions=frozenset(route.regions or model.regions),
                 )
             )
         capabilities = frozenset(model.capabilities)
@@ -303,6 +304,7 @@ class Publisher:
             retry=retry,
             strategy=_strategy(model, cfg),
             outlier=_outlier(cfg),
+            data_classes=frozenset(model.dataClassifications),
         )
 
     def _keys(self, cfg: RouterConfig) -> dict[str, Principal]:
@@ -323,6 +325,8 @@ class Publisher:
                     roles=frozenset(p.roles),
                     allowed_aliases=frozenset(p.allowedModels),
                     key_id=key.id,
+                    regions=frozenset(p.regions),
+                    data_class=p.dataClass,
                 )
         return out
 

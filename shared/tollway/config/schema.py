@@ -185,6 +185,11 @@ class PrincipalConfig(_Model):
     roles: list[str] = Field(default_factory=list)
     allowedModels: list[str] = Field(default_factory=list)
     keys: list[KeyConfig] = Field(default_factory=list)
+    regions: list[str] = Field(default_factory=list)
+    """Where this principal's traffic may be processed. A hard filter on routes (their ``regions``,
+    or the alias's): a route that declares none is not eligible. Empty: no restriction."""
+    dataClass: str | None = None
+    """The classification of this principal's traffic; an alias must list it in ``dataClassifications``."""
 
 
 class LimitsConfig(_Model):

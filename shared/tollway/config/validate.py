@@ -439,6 +439,10 @@ def _check_principals(cfg: RouterConfig, issues: _Issues) -> None:
                 )
             principals.setdefault(principal.id, i)
         issues.not_blank(f"{path}.tenant", principal.tenant)
+        if principal.dataClass is not None:
+            issues.not_blank(f"{path}.dataClass", principal.dataClass)
+        for k, region in enumerate(principal.regions):
+            issues.not_blank(f"{path}.regions[{k}]", region)
         for k, alias in enumerate(principal.allowedModels):
             if alias not in aliases:
                 issues.add(f"{path}.allowedModels[{k}]", f"unknown model alias {alias!r}")

@@ -27,6 +27,9 @@ class Principal:
     roles: frozenset[str]
     allowed_aliases: frozenset[str]
     key_id: str
+    regions: frozenset[str] = frozenset()
+    """Where its traffic may be processed (empty: anywhere the alias allows)."""
+    data_class: str | None = None
 
     def may_use(self, alias: str) -> bool:
         return alias in self.allowed_aliases

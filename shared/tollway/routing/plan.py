@@ -41,6 +41,8 @@ class RouteTarget:
     weight: int
     priority: int
     health: DeploymentHealth
+    regions: frozenset[str] = frozenset()
+    """Where this route processes traffic (the route's ``regions``, else the alias's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +77,25 @@ class AliasPlan:
     """How a target is chosen inside a priority group (``tollway.routing.strategies``)."""
     outlier: OutlierPolicy | None = None
     """Outlier ejection inside each priority group; ``None`` turns it off."""
+    data_classes: frozenset[str] = frozenset()
+    """The data classifications this alias is approved for (``dataClassifications``)."""
 
-    def decide(self, selection: SelectionInput, rng: random.Random) -> RouteDecision[RouteTarget]:
+    def serves(self, regions: frozenset[str]) -> bool:
+        """Whether some route may process traffic restricted to ``regions`` (empty: no restriction)."""
+        return not regions or any(t.regions & regions for g in self.groups for t in g)
+
+    def decide(
+        self, selection: SelectionInput, rng: random.Random, regions: frozenset[str] = frozenset()
+    ) -> RouteDecision[RouteTarget]:
         """Targets in the order to try them, every target at most once per pass: the lowest-numbered
         group with an available target first, the strategy's pick first inside it, then the rest
         as fallbacks. Open circuits, full half-open probes, ejected and saturated targets are
-        skipped; an empty order means the alias is unavailable."""
-        return decide(self.groups, self.strategy, selection, rng)
+        skipped; an empty order means the alias is unavailable. ``regions`` is a hard filter, never a
+        weight: a route outside them is not a candidate at all."""
+        if not regions:
+            return decide(self.groups, self.strategy, selection, rng)
+        groups = [[t for t in g if t.regions & regions] for g in self.groups]
+        return decide([g for g in groups if g], self.strategy, selection, rng)
 
     def group_of(self, target: RouteTarget) -> tuple[RouteTarget, ...]:
         for group in self.groups:

@@ -162,6 +162,14 @@ async def _cancel_on_disconnect(request: Request) -> AsyncIterator[None]:
         watcher.cancel()
 
 
+def _check_eligibility(principal: Principal, plan: AliasPlan) -> None:
+    """Data class and region are hard rules: refuse before any provider work, never route around them."""
+    if principal.data_class is not None and principal.data_class not in plan.data_classes:
+        raise PermissionDenied("This model is not approved for your data classification.")
+    if not plan.serves(principal.regions):
+        raise PermissionDenied("No deployment of this model is approved for your regions.")
+
+
 def _check_content_type(request: Request) -> None:
     ctype = request.headers.get("content-type", "")
     if ctype.split(";", 1)[0].strip().lower() != _JSON:
@@ -284,6 +292,7 @@ async def chat_completions(request: Request) -> Response:
         plan = root.aliases.get(env.model)
         if plan is None or not principal.may_use(env.model):
             raise ModelNotFound(f"The model '{env.model[:200]}' does not exist or you do not have access to it.")
+        _check_eligibility(principal, plan)
         creq = to_canonical(env, plan)
         if creq.stream:
             runtime.admission.acquire_stream(root)
