@@ -67,6 +67,8 @@ class AttemptRecord:
     first_event_s: float | None = None
     ticket: int | None = None
     """The health object's ticket for this attempt: only a current one may move the circuit."""
+    connect_s: float | None = None
+    """Connection set-up time (``0.0``: a pooled connection reused); set only while audited."""
 
 
 class AttemptAudit(Protocol):
@@ -202,7 +204,8 @@ class Gateway:
     async def complete(self, ctx: RequestContext, req: CanonicalRequest) -> CanonicalResponse:
         async def attempt(target: RouteTarget, record: AttemptRecord) -> CanonicalResponse:
             upstream = target.deployment.codec.encode_request(req, target.target)
-            status, headers, body = await target.deployment.transport.send(upstream)
+            timing = record if ctx.audit is not None else None
+            status, headers, body = await target.deployment.transport.send(upstream, timing)
             if status >= 400:
                 raise target.deployment.codec.decode_error(status, headers, body)
             record.upstream_status = status
@@ -227,7 +230,8 @@ class Gateway:
             try:
                 try:
                     async with asyncio.timeout_at(setup_deadline):
-                        response = await stack.enter_async_context(target.deployment.transport.stream(upstream))
+                        timing = record if ctx.audit is not None else None
+                        response = await stack.enter_async_context(target.deployment.transport.stream(upstream, timing))
                 except TimeoutError:
                     raise UpstreamError(UpstreamCategory.TIMEOUT, detail="stream setup deadline") from None
                 if response.status >= 400:

@@ -172,6 +172,8 @@ def test_every_request_shape_lands_once_with_its_ordered_attempts(
     assert shape(views["streamed"]) == (200, [(1, "first", "ok")])
     assert views["streamed"].request.stream is True
     assert views["streamed"].attempts[0].first_token_ms is not None
+    # Connection set-up per attempt: measured for a new connection, 0 for a pooled one reused.
+    assert all(a.connect_ms is not None and a.connect_ms >= 0 for a in views["buffered"].attempts)
     assert shape(views["retried"]) == (503, [(1, "first", "error"), (2, "retry", "error"), (3, "retry", "error")])
     assert shape(views["fallback"]) == (200, [(1, "first", "error"), (2, "fallback", "ok")])
     assert shape(views["cancelled"]) == (499, [(1, "first", "cancelled")])

@@ -161,3 +161,41 @@ async def test_read_timeout_and_stream_idle_timeout_are_typed(client: HttpClient
         assert info.value.category is UpstreamCategory.TIMEOUT
     finally:
         await t.aclose()
+
+
+class Timing:
+    connect_s: float | None = None
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_connect_timing_tells_a_new_connection_from_a_reused_one(client: HttpClient, mock: MockServer) -> None:
+    settings = TransportSettings(
+        base_url=mock.base_url + "/v1",
+        connect_timeout_s=1.0,
+        request_timeout_s=5.0,
+        stream_idle_timeout_s=5.0,
+        trace_connect=True,
+    )
+    t = build_transport(client, settings, {})
+    try:
+        first, second, streamed = Timing(), Timing(), Timing()
+        await t.send(_req(False), first)
+        await t.send(_req(False), second)
+        async with t.stream(_req(True), streamed) as resp:
+            assert b"[DONE]" in b"".join([c async for c in resp.aiter_bytes()])
+        assert first.connect_s is not None and 0 < first.connect_s < 1.0  # a new TCP connection
+        assert second.connect_s == 0.0  # the pooled one, reused
+        assert streamed.connect_s is not None and streamed.connect_s < 1.0
+    finally:
+        await t.aclose()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_without_tracing_nothing_is_timed(client: HttpClient, mock: MockServer) -> None:
+    t = build_transport(client, _settings(mock.base_url), {})
+    try:
+        timing = Timing()
+        await t.send(_req(False), timing)
+        assert timing.connect_s is None
+    finally:
+        await t.aclose()

@@ -145,6 +145,7 @@ def _attempt_line(a: AttemptView) -> str:
         [
             ("status", a.upstream_status),
             ("error", a.error_category),
+            ("connect", _ms(a.connect_ms)),
             ("first-token", _ms(a.first_token_ms)),
             ("total", _ms(a.total_ms)),
             ("reason", a.reason),

@@ -215,8 +215,10 @@ def attempt_finished(
     upstream_status: int | None,
     first_token_ms: float | None,
     total_ms: float,
+    connect_ms: float | None = None,
 ) -> AuditEvent:
-    """``outcome``: ok, error, cancelled or midstream_error (``AttemptRecord.outcome``)."""
+    """``outcome``: ok, error, cancelled or midstream_error (``AttemptRecord.outcome``).
+    ``connectMs``: connection set-up, ``0`` for a pooled connection reused, ``None`` when unknown."""
     return _event(
         "attempt_finished",
         request_id,
@@ -228,6 +230,7 @@ def attempt_finished(
             "outcome": outcome,
             "errorCategory": error_category,
             "upstreamStatus": upstream_status,
+            "connectMs": None if connect_ms is None else round(connect_ms, 3),
             "firstTokenMs": None if first_token_ms is None else round(first_token_ms, 3),
             "totalMs": round(total_ms, 3),
             "cancelled": outcome == "cancelled",

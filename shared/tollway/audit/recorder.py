@@ -141,6 +141,7 @@ class AuditRecorder:
                     upstream_status=record.upstream_status,
                     first_token_ms=None if record.first_event_s is None else record.first_event_s * 1000,
                     total_ms=(ended - record.started) * 1000,
+                    connect_ms=None if record.connect_s is None else record.connect_s * 1000,
                 )
             )
         except AuditUnavailable:

@@ -141,6 +141,7 @@ class AttemptView:
     outcome: str | None = None
     error_category: str | None = None
     upstream_status: int | None = None
+    connect_ms: float | None = None
     first_token_ms: float | None = None
     total_ms: float | None = None
     cancelled: bool | None = None
@@ -246,7 +247,7 @@ _ATTEMPT_ROUTE_FIELDS: Final = _fields("routeId", "deploymentId", kind="str")
 _ATTEMPT_FINISHED_FIELDS: Final = (
     *_fields("outcome", "errorCategory", kind="str"),
     _Field("upstreamStatus", "int"),
-    *_fields("firstTokenMs", "totalMs", kind="number"),
+    *_fields("connectMs", "firstTokenMs", "totalMs", kind="number"),
     _Field("cancelled", "bool"),
 )
 
@@ -435,6 +436,7 @@ def _attempt_view(item: Mapping[str, Any]) -> AttemptView:
         outcome=_str(item, "outcome"),
         error_category=_str(item, "errorCategory"),
         upstream_status=_int(item, "upstreamStatus"),
+        connect_ms=_float(item, "connectMs"),
         first_token_ms=_float(item, "firstTokenMs"),
         total_ms=_float(item, "totalMs"),
         cancelled=_bool(item, "cancelled"),

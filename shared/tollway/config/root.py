@@ -240,6 +240,7 @@ class Publisher:
                 stream_idle_timeout_s=cfg.streamIdleTimeoutMs / 1000,
                 max_connections=provider.maxConnections,
                 max_response_bytes=cfg.maxResponseBodyBytes,
+                trace_connect=cfg.audit.sink.type != "none",  # per-attempt connect timing is audit data
             )
             fingerprint = hashlib.sha256(repr((cfg.httpClient, settings, sorted(auth.items()))).encode()).hexdigest()
             cached = self._transports.get(pid)

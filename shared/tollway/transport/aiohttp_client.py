@@ -11,17 +11,40 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from types import SimpleNamespace
 
 import aiohttp
 
 from tollway.exceptions import UpstreamCategory, UpstreamError
 from tollway.providers.base import UpstreamRequest
-from tollway.transport.base import MAX_ERROR_BODY, TransportSettings
+from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, TransportSettings
 
 __all__ = ["AiohttpStream", "AiohttpTransport", "map_aiohttp_error"]
 
 _DRAIN_BYTES = 64 * 1024
 _DRAIN_TIMEOUT_S = 0.05
+
+
+def _connect_trace() -> aiohttp.TraceConfig:
+    """Connection set-up timing into the request's ``trace_request_ctx`` (a ``ConnectTiming``)."""
+
+    async def started(session: object, ctx: SimpleNamespace, params: object) -> None:
+        ctx.started = asyncio.get_running_loop().time()
+
+    async def created(session: object, ctx: SimpleNamespace, params: object) -> None:
+        timing = ctx.trace_request_ctx
+        if timing is not None:
+            timing.connect_s = asyncio.get_running_loop().time() - ctx.started
+
+    async def reused(session: object, ctx: SimpleNamespace, params: object) -> None:
+        if ctx.trace_request_ctx is not None:
+            ctx.trace_request_ctx.connect_s = 0.0
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_start.append(started)
+    trace.on_connection_create_end.append(created)
+    trace.on_connection_reuseconn.append(reused)
+    return trace
 
 
 def map_aiohttp_error(exc: BaseException) -> UpstreamError:
@@ -96,6 +119,7 @@ class AiohttpTransport:
                 trust_env=False,
                 auto_decompress=True,
                 skip_auto_headers=("User-Agent",),
+                trace_configs=[_connect_trace()] if self.settings.trace_connect else None,
             )
             self._session = session
         return session
@@ -112,7 +136,9 @@ class AiohttpTransport:
         headers.update(self._auth)
         return headers
 
-    async def send(self, req: UpstreamRequest) -> tuple[int, Mapping[str, str], bytes]:
+    async def send(
+        self, req: UpstreamRequest, timing: ConnectTiming | None = None
+    ) -> tuple[int, Mapping[str, str], bytes]:
         try:
             async with self._client().post(
                 self._url(req.path),
@@ -120,6 +146,7 @@ class AiohttpTransport:
                 headers=self._headers(req),
                 timeout=self._buffered_timeout,
                 allow_redirects=False,
+                trace_request_ctx=timing,
             ) as resp:
                 body = await resp.content.read(self.settings.max_response_bytes + 1)
                 status, headers = resp.status, resp.headers
@@ -130,7 +157,7 @@ class AiohttpTransport:
         return status, headers, body
 
     @asynccontextmanager
-    async def stream(self, req: UpstreamRequest) -> AsyncIterator[AiohttpStream]:
+    async def stream(self, req: UpstreamRequest, timing: ConnectTiming | None = None) -> AsyncIterator[AiohttpStream]:
         try:
             response = await self._client().post(
                 self._url(req.path),
@@ -138,6 +165,7 @@ class AiohttpTransport:
                 headers=self._headers(req),
                 timeout=self._stream_timeout,
                 allow_redirects=False,
+                trace_request_ctx=timing,
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise map_aiohttp_error(exc) from None

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from tollway.providers.base import UpstreamRequest
 
-__all__ = ["MAX_ERROR_BODY", "Transport", "TransportSettings", "UpstreamStream"]
+__all__ = ["MAX_ERROR_BODY", "ConnectTiming", "Transport", "TransportSettings", "UpstreamStream"]
 
 MAX_ERROR_BODY = 64 * 1024
 
@@ -26,6 +26,15 @@ class TransportSettings:
     stream_idle_timeout_s: float
     max_connections: int = 256
     max_response_bytes: int = 16 * 1024 * 1024
+    trace_connect: bool = False
+    """Time each call's connection set-up (``ConnectTiming``); off, the client carries no tracing."""
+
+
+class ConnectTiming(Protocol):
+    """Where a call records how long getting its connection took: ``0.0`` for a pooled connection
+    reused, the TCP (and TLS) set-up time for a new one; left ``None`` when neither happened."""
+
+    connect_s: float | None
 
 
 class UpstreamStream(Protocol):
@@ -45,8 +54,12 @@ class UpstreamStream(Protocol):
 class Transport(Protocol):
     """One pooled client for one deployment: owns the base URL and the credential headers."""
 
-    async def send(self, req: UpstreamRequest) -> tuple[int, Mapping[str, str], bytes]: ...
+    async def send(
+        self, req: UpstreamRequest, timing: ConnectTiming | None = None
+    ) -> tuple[int, Mapping[str, str], bytes]: ...
 
-    def stream(self, req: UpstreamRequest) -> AbstractAsyncContextManager[UpstreamStream]: ...
+    def stream(
+        self, req: UpstreamRequest, timing: ConnectTiming | None = None
+    ) -> AbstractAsyncContextManager[UpstreamStream]: ...
 
     async def aclose(self) -> None: ...

@@ -7,16 +7,18 @@ see relative paths, and nothing the client sends can change either.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import Any
 
 import httpx
 
 from tollway.exceptions import UpstreamCategory, UpstreamError
 from tollway.providers.base import UpstreamRequest
-from tollway.transport.base import MAX_ERROR_BODY, TransportSettings
+from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, TransportSettings
 
 __all__ = ["ProviderTransport", "UpstreamResponse", "map_http_error"]
 
@@ -41,6 +43,24 @@ class UpstreamResponse:
             if len(out) >= limit:
                 break
         return bytes(out[:limit])
+
+
+class _ConnectTrace:
+    """httpcore's ``trace`` extension: connection set-up time into a ``ConnectTiming``."""
+
+    __slots__ = ("_started", "_timing")
+
+    def __init__(self, timing: ConnectTiming) -> None:
+        self._timing = timing
+        self._started = 0.0
+
+    async def __call__(self, name: str, info: Mapping[str, Any]) -> None:
+        if name == "connection.connect_tcp.started":
+            self._started = time.monotonic()
+        elif name in ("connection.connect_tcp.complete", "connection.start_tls.complete") and self._started:
+            self._timing.connect_s = time.monotonic() - self._started
+        elif name.endswith("send_request_headers.started") and self._timing.connect_s is None:
+            self._timing.connect_s = 0.0  # a pooled connection, reused
 
 
 def map_http_error(exc: BaseException) -> UpstreamError:
@@ -103,12 +123,23 @@ class ProviderTransport:
         headers.update(self._auth)
         return headers
 
-    async def send(self, req: UpstreamRequest) -> tuple[int, httpx.Headers, bytes]:
+    def _extensions(self, timing: ConnectTiming | None) -> dict[str, Any] | None:
+        if timing is None or not self.settings.trace_connect:
+            return None
+        return {"trace": _ConnectTrace(timing)}
+
+    async def send(self, req: UpstreamRequest, timing: ConnectTiming | None = None) -> tuple[int, httpx.Headers, bytes]:
         """POST a buffered request; the caller bounds the whole call by its deadline."""
         try:
-            resp = await self._client.post(
-                self._url(req.path), content=req.body, headers=self._headers(req), timeout=self._buffered_timeout
+            request = self._client.build_request(
+                "POST",
+                self._url(req.path),
+                content=req.body,
+                headers=self._headers(req),
+                timeout=self._buffered_timeout,
+                extensions=self._extensions(timing),
             )
+            resp = await self._client.send(request)
         except httpx.HTTPError as exc:
             raise map_http_error(exc) from None
         if len(resp.content) > self.settings.max_response_bytes:
@@ -116,10 +147,17 @@ class ProviderTransport:
         return resp.status_code, resp.headers, resp.content
 
     @asynccontextmanager
-    async def stream(self, req: UpstreamRequest) -> AsyncIterator[UpstreamResponse]:
+    async def stream(
+        self, req: UpstreamRequest, timing: ConnectTiming | None = None
+    ) -> AsyncIterator[UpstreamResponse]:
         """Open a streamed POST; leaving the context closes (and so cancels) the upstream call."""
         request = self._client.build_request(
-            "POST", self._url(req.path), content=req.body, headers=self._headers(req), timeout=self._stream_timeout
+            "POST",
+            self._url(req.path),
+            content=req.body,
+            headers=self._headers(req),
+            timeout=self._stream_timeout,
+            extensions=self._extensions(timing),
         )
         try:
             response = await self._client.send(request, stream=True)
