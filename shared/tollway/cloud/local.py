@@ -133,7 +133,7 @@ def start_local_cloud(port: int | None = DEFAULT_PORT, *, log_path: Path | None 
     log: IO[bytes] | None = log_path.open("ab") if log_path is not None else None
     env = {**os.environ, **LOCAL_CREDENTIALS}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "--host", host, "--port", str(port)],
+        [sys.executable, "-m", "tollway.cloud.moto_server", "--host", host, "--port", str(port)],
         stdout=log or subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
