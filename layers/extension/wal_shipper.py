@@ -4,11 +4,15 @@ Lambda starts ``/opt/extensions/tollway-wal-shipper`` (the launcher beside this 
 It registers with the Extensions API for ``INVOKE`` and ``SHUTDOWN`` and then loops on
 ``event/next``:
 
-- ``INVOKE``: drain the WAL, bounded by the invoke's deadline, then ask for the next event.
-  Lambda does not start the next invoke of this environment until every extension has asked, so
-  a drain never delays a response: it only adds to the invoke's billed time. Lambda sends
-  ``INVOKE`` as the function starts, so the drain ships everything committed so far (the previous
-  invokes' tails and whatever this one has already appended); the rest waits for the next event.
+- ``INVOKE``: drain the WAL, bounded by the invoke's deadline. Lambda sends ``INVOKE`` as the
+  function starts, so that drain ships what earlier invokes left. Then the extension waits for
+  the Telemetry API's ``platform.runtimeDone`` of this invoke (it subscribes to the platform
+  events at start, with a listener on ``$TOLLWAY_TELEMETRY_HOST``, default
+  ``sandbox.localdomain``) and drains again: this invoke's own records leave right after its
+  response, not at the next invoke, which may come hours later. Lambda does not freeze the
+  environment, nor start the next invoke, until every extension has asked for the next event,
+  so a drain never delays a response; it adds to the invoke's billed time. If the subscription
+  fails, the extension keeps to the first drain and says so in its log.
 - ``SHUTDOWN``: a last drain within the shutdown deadline, then exit 0.
 
 The function appends to ``$TOLLWAY_AUDIT_WAL_DIR/worker-<N>`` (``tollway.audit.pipeline``); the
@@ -29,24 +33,39 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final, Literal, cast
 
 from tollway.audit.shipper import Shipper
 from tollway.audit.sinks import AuditSink, KafkaSink, SinkUnavailable, SqsSink, UsageFanOut
 
-__all__ = ["EXTENSION_NAME", "ExtensionSettings", "ExtensionsApi", "WalDrainer", "event_deadline", "main", "run"]
+__all__ = [
+    "EXTENSION_NAME",
+    "ExtensionSettings",
+    "ExtensionsApi",
+    "RuntimeDone",
+    "WalDrainer",
+    "event_deadline",
+    "main",
+    "run",
+]
 
 log = logging.getLogger("tollway.audit.extension")
 
 EXTENSION_NAME: Final = "tollway-wal-shipper"
 """Must equal the executable's file name in ``/opt/extensions``: Lambda matches the two."""
 API_VERSION: Final = "2020-01-01"
+TELEMETRY_API_VERSION: Final = "2022-07-01"
+TELEMETRY_SCHEMA: Final = "2022-12-13"
+TELEMETRY_BUFFER_MS: Final = 25
+"""The shortest buffering Lambda accepts: the delay between the response and the second drain."""
 INVOKE_MARGIN_S: Final = 1.0
 """Time left before the invoke's deadline when a drain stops, for the ``event/next`` call itself."""
 SHUTDOWN_MARGIN_S: Final = 0.2
@@ -63,13 +82,23 @@ class ExtensionsApi:
 
     def __init__(self, runtime_api: str, name: str = EXTENSION_NAME, *, timeout_s: float = 10.0) -> None:
         self._base = f"http://{runtime_api}/{API_VERSION}/extension"
+        self._telemetry = f"http://{runtime_api}/{TELEMETRY_API_VERSION}/telemetry"
         self._name = name
         self._timeout_s = timeout_s
         self.identifier: str | None = None
 
-    def _request(self, method: str, path: str, body: Any, headers: Mapping[str, str], timeout_s: float | None) -> Any:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        headers: Mapping[str, str],
+        timeout_s: float | None,
+        url: str | None = None,
+    ) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"{self._base}/{path}", data=data, method=method, headers=dict(headers))
+        target = url or f"{self._base}/{path}"
+        request = urllib.request.Request(target, data=data, method=method, headers=dict(headers))
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 raw = response.read()
@@ -102,6 +131,17 @@ class ExtensionsApi:
         if not isinstance(event, dict):
             raise ExtensionError("Extensions API event/next answered without a JSON object")
         return event
+
+    def subscribe_telemetry(self, uri: str) -> None:
+        """Have Lambda post this environment's platform events (``platform.runtimeDone``) to ``uri``."""
+        body = {
+            "schemaVersion": TELEMETRY_SCHEMA,
+            "destination": {"protocol": "HTTP", "URI": uri},
+            "types": ["platform"],
+            "buffering": {"timeoutMs": TELEMETRY_BUFFER_MS, "maxBytes": 262144, "maxItems": 1000},
+        }
+        headers = {**self._id_header(), "Content-Type": "application/json"}
+        self._request("PUT", "telemetry", body, headers, self._timeout_s, url=self._telemetry)
 
     def init_error(self, error_type: str, message: str) -> None:
         """Report a failed initialization; Lambda then fails the function's init and restarts the environment."""
@@ -206,6 +246,64 @@ class WalDrainer:
         return {directory.name: shipper.stats() for directory, shipper in self._shippers.items()}
 
 
+class RuntimeDone:
+    """The Telemetry API's listener: which invokes the function's runtime has finished.
+
+    Lambda posts batches of platform events (a JSON list) to it; a ``platform.runtimeDone`` event
+    names its invoke in ``record.requestId``. Only those are kept, and each only until waited for.
+    """
+
+    def __init__(self, host: str) -> None:
+        self._done: set[str] = set()
+        self._cond = threading.Condition()
+        listener = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    events = json.loads(self.rfile.read(length) or b"[]")
+                except ValueError:
+                    events = []
+                listener._record(events if isinstance(events, list) else [])
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # per-event access logs would be noise in the function's log group
+
+        self._server = ThreadingHTTPServer((host, 0), Handler)
+        self._server.daemon_threads = True
+        self.uri = f"http://{host}:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, name="telemetry-listener", daemon=True).start()
+
+    def _record(self, events: list[Any]) -> None:
+        finished = [
+            e["record"]["requestId"]
+            for e in events
+            if isinstance(e, dict)
+            and e.get("type") == "platform.runtimeDone"
+            and isinstance(e.get("record"), dict)
+            and isinstance(e["record"].get("requestId"), str)
+        ]
+        if finished:
+            with self._cond:
+                self._done.update(finished)
+                self._cond.notify_all()
+
+    def wait(self, request_id: str, deadline: float) -> bool:
+        """Whether the runtime finished ``request_id`` before ``deadline`` (a monotonic instant)."""
+        with self._cond:
+            done = self._cond.wait_for(lambda: request_id in self._done, max(0.0, deadline - time.monotonic()))
+            self._done.discard(request_id)
+            return done
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
 def event_deadline(event: Mapping[str, Any], margin_s: float) -> float:
     """The event's ``deadlineMs`` (Unix milliseconds) as a ``time.monotonic()`` instant, less ``margin_s``."""
     deadline_ms = event.get("deadlineMs")
@@ -226,18 +324,46 @@ def run(api: ExtensionsApi, env: Mapping[str, str]) -> int:
         return 1
     drainer = None if sink is None else WalDrainer(settings.wal_dir, sink)
     log.info("%s registered: sink %r, WAL %s", EXTENSION_NAME, sink, settings.wal_dir)
+    done = None if drainer is None else _subscribe(api, env)
     while True:
         event = api.next_event()
         kind = event.get("eventType")
         shutdown = kind == "SHUTDOWN"
         if drainer is not None:
-            drainer.drain(event_deadline(event, SHUTDOWN_MARGIN_S if shutdown else INVOKE_MARGIN_S))
+            deadline = event_deadline(event, SHUTDOWN_MARGIN_S if shutdown else INVOKE_MARGIN_S)
+            drainer.drain(deadline)
+            request_id = event.get("requestId")
+            if done is not None and not shutdown and isinstance(request_id, str) and done.wait(request_id, deadline):
+                drainer.drain(deadline)  # this invoke's own records, right after its response
         if shutdown:
+            if done is not None:
+                done.close()
             if drainer is not None:
                 log.info("%s shutting down (%s): %s", EXTENSION_NAME, event.get("shutdownReason"), drainer.stats())
             if isinstance(sink, KafkaSink):
                 sink.close(0.5)
             return 0
+
+
+def _subscribe(api: ExtensionsApi, env: Mapping[str, str]) -> RuntimeDone | None:
+    """The runtimeDone listener, subscribed; ``None`` (drain at INVOKE and SHUTDOWN only) if that fails."""
+    host = env.get("TOLLWAY_TELEMETRY_HOST", "").strip() or "sandbox.localdomain"
+    try:
+        done = RuntimeDone(host)
+    except OSError as exc:
+        log.warning(
+            "%s: no telemetry listener on %s (%s); draining at INVOKE and SHUTDOWN only", EXTENSION_NAME, host, exc
+        )
+        return None
+    try:
+        api.subscribe_telemetry(done.uri)
+    except ExtensionError as exc:
+        log.warning(
+            "%s: Telemetry API subscription failed (%s); draining at INVOKE and SHUTDOWN only", EXTENSION_NAME, exc
+        )
+        done.close()
+        return None
+    return done
 
 
 def main() -> int:

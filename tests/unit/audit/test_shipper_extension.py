@@ -7,7 +7,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,3 +177,73 @@ def test_with_sink_none_the_extension_only_follows_the_lifecycle(tmp_path: Path)
     assert run(api, {"TOLLWAY_AUDIT_SINK": "none"}) == 0
     assert api.registered == [["INVOKE", "SHUTDOWN"]]
     assert api.events == []
+
+
+class TelemetryApi(ScriptedApi):
+    """One invoke: while it runs the function appends more records, then Lambda posts runtimeDone."""
+
+    def __init__(self, wal: Path, soon: int, subscribe_fails: bool = False) -> None:
+        super().__init__([{"eventType": "INVOKE", "requestId": "r1", "deadlineMs": soon}])
+        self.wal = wal
+        self.soon = soon
+        self.subscribe_fails = subscribe_fails
+        self.uri: str | None = None
+        self.shipped_before_next: int | None = None
+        self.sink: MemorySink | None = None
+        self.invoke = threading.Thread()
+
+    def subscribe_telemetry(self, uri: str) -> None:
+        if self.subscribe_fails:
+            raise wal_shipper.ExtensionError("telemetry PUT failed")
+        self.uri = uri
+
+    def _finish_invoke(self) -> None:
+        time.sleep(0.1)
+        fill(self.wal / "worker-0", "during", 2)  # the invoke's own events, after INVOKE was sent
+        if self.uri is not None:
+            events = [{"type": "platform.start", "record": {"requestId": "r1"}}]
+            events.append({"type": "platform.runtimeDone", "record": {"requestId": "r1", "status": "success"}})
+            req = urllib.request.Request(self.uri, data=json.dumps(events).encode(), method="POST")
+            urllib.request.urlopen(req, timeout=5).close()
+
+    def next_event(self) -> dict[str, Any]:
+        if self.events:
+            self.invoke = threading.Thread(target=self._finish_invoke)
+            self.invoke.start()
+            return self.events.pop(0)
+        assert self.sink is not None
+        self.shipped_before_next = len(self.sink.events)
+        self.invoke.join(5)  # SHUTDOWN comes later, once the invoke is over
+        return {"eventType": "SHUTDOWN", "deadlineMs": self.soon}
+
+
+def _telemetry_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, subscribe_fails: bool) -> TelemetryApi:
+    fill(tmp_path / "worker-0", "before", 3)
+    sink = MemorySink()
+    monkeypatch.setattr(ExtensionSettings, "build_sink", lambda self, env: sink)
+    api = TelemetryApi(tmp_path, int((time.time() + 5) * 1000), subscribe_fails=subscribe_fails)
+    api.sink = sink
+    env = {
+        "TOLLWAY_AUDIT_SINK": "sqs",
+        "TOLLWAY_QUEUE_AUDIT": "q",
+        "TOLLWAY_AUDIT_WAL_DIR": str(tmp_path),
+        "TOLLWAY_TELEMETRY_HOST": "127.0.0.1",
+    }
+    assert run(api, env) == 0
+    assert len(sink.events) == 5  # everything, by SHUTDOWN at the latest
+    return api
+
+
+def test_an_invokes_own_records_ship_on_its_runtime_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    api = _telemetry_run(tmp_path, monkeypatch, subscribe_fails=False)
+    assert api.uri is not None and api.uri.startswith("http://127.0.0.1:")
+    # Before asking for the next event (when Lambda may freeze the environment for hours), the
+    # extension waited for runtimeDone and shipped the records the invoke appended after INVOKE.
+    assert api.shipped_before_next == 5
+
+
+def test_without_a_telemetry_subscription_the_extension_still_drains_at_invoke_and_shutdown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = _telemetry_run(tmp_path, monkeypatch, subscribe_fails=True)
+    assert api.shipped_before_next is not None and api.shipped_before_next < 5
