@@ -66,6 +66,9 @@ TELEMETRY_API_VERSION: Final = "2022-07-01"
 TELEMETRY_SCHEMA: Final = "2022-12-13"
 TELEMETRY_BUFFER_MS: Final = 25
 """The shortest buffering Lambda accepts: the delay between the response and the second drain."""
+MAX_RUNTIME_DONE_MISSES: Final = 3
+"""Invokes in a row without their ``platform.runtimeDone`` before the extension stops waiting for
+it (each miss kept the environment up until the invoke's deadline)."""
 INVOKE_MARGIN_S: Final = 1.0
 """Time left before the invoke's deadline when a drain stops, for the ``event/next`` call itself."""
 SHUTDOWN_MARGIN_S: Final = 0.2
@@ -325,6 +328,7 @@ def run(api: ExtensionsApi, env: Mapping[str, str]) -> int:
     drainer = None if sink is None else WalDrainer(settings.wal_dir, sink)
     log.info("%s registered: sink %r, WAL %s", EXTENSION_NAME, sink, settings.wal_dir)
     done = None if drainer is None else _subscribe(api, env)
+    misses = 0
     while True:
         event = api.next_event()
         kind = event.get("eventType")
@@ -333,8 +337,20 @@ def run(api: ExtensionsApi, env: Mapping[str, str]) -> int:
             deadline = event_deadline(event, SHUTDOWN_MARGIN_S if shutdown else INVOKE_MARGIN_S)
             drainer.drain(deadline)
             request_id = event.get("requestId")
-            if done is not None and not shutdown and isinstance(request_id, str) and done.wait(request_id, deadline):
-                drainer.drain(deadline)  # this invoke's own records, right after its response
+            if done is not None and not shutdown and isinstance(request_id, str):
+                if done.wait(request_id, deadline):
+                    misses = 0
+                    drainer.drain(deadline)  # this invoke's own records, right after its response
+                else:
+                    misses += 1
+                    if misses >= MAX_RUNTIME_DONE_MISSES:
+                        log.warning(
+                            "%s: no platform.runtimeDone for %d invokes; draining at INVOKE and SHUTDOWN only",
+                            EXTENSION_NAME,
+                            misses,
+                        )
+                        done.close()
+                        done = None
         if shutdown:
             if done is not None:
                 done.close()

@@ -247,3 +247,43 @@ def test_without_a_telemetry_subscription_the_extension_still_drains_at_invoke_a
 ) -> None:
     api = _telemetry_run(tmp_path, monkeypatch, subscribe_fails=True)
     assert api.shipped_before_next is not None and api.shipped_before_next < 5
+
+
+class SilentTelemetryApi(ScriptedApi):
+    """Subscribed, but Lambda never posts runtimeDone: every wait runs to the invoke's deadline."""
+
+    def __init__(self, invokes: int) -> None:
+        super().__init__([])
+        self.invokes = invokes
+        self.gaps: list[float] = []
+        self._last = 0.0
+
+    def subscribe_telemetry(self, uri: str) -> None:
+        pass
+
+    def next_event(self) -> dict[str, Any]:
+        now = time.monotonic()
+        if self._last:
+            self.gaps.append(now - self._last)
+        self._last = now
+        soon = int((time.time() + 2.0) * 1000)  # less the 1 s margin: a 1 s wait
+        if len(self.gaps) < self.invokes:
+            return {"eventType": "INVOKE", "requestId": f"r{len(self.gaps)}", "deadlineMs": soon}
+        return {"eventType": "SHUTDOWN", "deadlineMs": soon}
+
+
+def test_missing_runtime_done_events_stop_the_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ExtensionSettings, "build_sink", lambda self, env: MemorySink())
+    api = SilentTelemetryApi(invokes=5)
+    env = {
+        "TOLLWAY_AUDIT_SINK": "sqs",
+        "TOLLWAY_QUEUE_AUDIT": "q",
+        "TOLLWAY_AUDIT_WAL_DIR": str(tmp_path),
+        "TOLLWAY_TELEMETRY_HOST": "127.0.0.1",
+    }
+    assert run(api, env) == 0
+    limit = wal_shipper.MAX_RUNTIME_DONE_MISSES
+    # The first invokes wait for runtimeDone until their deadline (1 s); then the waiting stops.
+    # The bounds are an order of magnitude apart: this checks behaviour, not speed.
+    assert all(gap >= 0.8 for gap in api.gaps[:limit]), api.gaps
+    assert all(gap < 0.5 for gap in api.gaps[limit:]), api.gaps
