@@ -63,6 +63,7 @@ __all__ = [
     "UnsupportedParameter",
     "UpstreamCategory",
     "UpstreamError",
+    "aws_error_code",
 ]
 
 
@@ -290,3 +291,13 @@ class UpstreamError(TollwayError):
         if c in (UpstreamCategory.OVERLOADED, UpstreamCategory.CONNECT):
             return ModelUnavailable(retry_after=self.retry_after)
         return ProviderFailed()
+
+
+def aws_error_code(exc: BaseException) -> str:
+    """The AWS error code of a botocore ``ClientError`` (``ConditionalCheckFailedException``), or the
+    exception's type name for any other failure: what error messages and logs may name, never a
+    request or response value. Duck-typed, so callers need not import botocore to use it."""
+    response = getattr(exc, "response", None)
+    error = response.get("Error") if isinstance(response, dict) else None
+    code = error.get("Code") if isinstance(error, dict) else None
+    return str(code or type(exc).__name__)

@@ -44,6 +44,7 @@ from typing import Any, Final, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from tollway.audit.events import EVENT_KINDS, AuditEvent
+from tollway.exceptions import aws_error_code
 
 __all__ = [
     "DEFAULT_RETENTION_DAYS",
@@ -575,8 +576,7 @@ class DynamoDBAuditStore:
 
     def _errors(self, what: str, exc: Exception) -> AuditStoreError:
         """A boto error as :class:`AuditStoreError`: table, operation and error code, never a parameter value."""
-        code = getattr(exc, "response", {}).get("Error", {}).get("Code") or type(exc).__name__
-        return AuditStoreError(f"audit table {self.table}: {what} failed: {code}")
+        return AuditStoreError(f"audit table {self.table}: {what} failed: {aws_error_code(exc)}")
 
     def _update(self, w: _Write) -> dict[str, Any]:
         """The UpdateItem request for one write; :class:`MalformedEvent` for a value DynamoDB cannot hold."""

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from tollway.audit.events import AuditEvent
+from tollway.exceptions import aws_error_code
 from tollway.metering.exceptions import UsageLedgerUnavailable
 from tollway.metering.layout import Increment, day_range, plan
 from tollway.metering.ledger import ApplyResult, LedgerSettings
@@ -52,11 +53,6 @@ def dynamodb_client(endpoint: str | None, region: str | None) -> Any:
         raise UsageLedgerUnavailable(f"no DynamoDB client: {type(exc).__name__}") from None
 
 
-def _code(exc: Exception) -> str:
-    response: Mapping[str, Any] = getattr(exc, "response", None) or {}
-    return str(response.get("Error", {}).get("Code") or type(exc).__name__)
-
-
 def _reasons(exc: Exception) -> list[str]:
     """The cancellation reason codes of a cancelled transaction, in item order (``None`` for an item that was fine)."""
     response: Mapping[str, Any] = getattr(exc, "response", None) or {}
@@ -70,7 +66,7 @@ def _reasons(exc: Exception) -> list[str]:
 
 def _unavailable(table: str, operation: str, exc: Exception) -> UsageLedgerUnavailable:
     """A botocore error as :class:`UsageLedgerUnavailable`: table, operation, code (and reasons), never a value."""
-    code = _code(exc)
+    code = aws_error_code(exc)
     reasons = sorted({r for r in _reasons(exc) if r != "None"}) if code == _CANCELLED else []
     detail = f" ({', '.join(reasons)})" if reasons else ""
     return UsageLedgerUnavailable(f"usage-ledger table {table}: {operation} failed: {code}{detail}")
@@ -166,7 +162,7 @@ class DynamoDBUsageLedger:
         try:
             self._dynamodb().transact_write_items(TransactItems=items)
         except ClientError as exc:
-            if _code(exc) == _CANCELLED and _reasons(exc)[:1] == [_CONDITION_FAILED]:
+            if aws_error_code(exc) == _CANCELLED and _reasons(exc)[:1] == [_CONDITION_FAILED]:
                 return ApplyResult.DUPLICATE
             raise _unavailable(self.table, "TransactWriteItems", exc) from None
         except BotoCoreError as exc:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tollway.exceptions import aws_error_code
 from tollway.pricing.errors import SnapshotStoreError
 from tollway.pricing.publish import DEFAULT_PREFIX
 
@@ -76,11 +77,6 @@ def s3_client(endpoint: str | None = None, region: str | None = None) -> Any:
         raise SnapshotStoreError(f"no S3 client: {type(exc).__name__}") from None
 
 
-def _code(exc: Exception) -> str:
-    response: Mapping[str, Any] = getattr(exc, "response", None) or {}
-    return str(response.get("Error", {}).get("Code") or type(exc).__name__)
-
-
 def read_s3_object(client: Any, bucket: str, key: str, *, limit: int = MAX_OBJECT_BYTES) -> bytes | None:
     """The object's bytes, ``None`` when it does not exist; :class:`SnapshotStoreError` otherwise.
 
@@ -95,11 +91,11 @@ def read_s3_object(client: Any, bucket: str, key: str, *, limit: int = MAX_OBJEC
             raise SnapshotStoreError(f"s3://{bucket}/{key} is larger than {limit} bytes")
         body: bytes = response["Body"].read(limit + 1)
     except ClientError as exc:
-        if _code(exc) in _MISSING:
+        if aws_error_code(exc) in _MISSING:
             return None
-        raise SnapshotStoreError(f"s3://{bucket}/{key}: GetObject failed: {_code(exc)}") from None
+        raise SnapshotStoreError(f"s3://{bucket}/{key}: GetObject failed: {aws_error_code(exc)}") from None
     except BotoCoreError as exc:
-        raise SnapshotStoreError(f"s3://{bucket}/{key}: GetObject failed: {_code(exc)}") from None
+        raise SnapshotStoreError(f"s3://{bucket}/{key}: GetObject failed: {aws_error_code(exc)}") from None
     if len(body) > limit:
         raise SnapshotStoreError(f"s3://{bucket}/{key} is larger than {limit} bytes")
     return body
@@ -125,11 +121,11 @@ class S3SnapshotStore:
         try:
             self._client.head_object(Bucket=self.bucket, Key=key)
         except ClientError as exc:
-            if _code(exc) in _MISSING:
+            if aws_error_code(exc) in _MISSING:
                 return False
-            raise SnapshotStoreError(f"s3://{self.bucket}/{key}: HeadObject failed: {_code(exc)}") from None
+            raise SnapshotStoreError(f"s3://{self.bucket}/{key}: HeadObject failed: {aws_error_code(exc)}") from None
         except BotoCoreError as exc:
-            raise SnapshotStoreError(f"s3://{self.bucket}/{key}: HeadObject failed: {_code(exc)}") from None
+            raise SnapshotStoreError(f"s3://{self.bucket}/{key}: HeadObject failed: {aws_error_code(exc)}") from None
         return True
 
     def put(self, key: str, body: bytes) -> None:
@@ -140,7 +136,7 @@ class S3SnapshotStore:
                 Bucket=self.bucket, Key=key, Body=body, ContentType="application/json", CacheControl="no-cache"
             )
         except (ClientError, BotoCoreError) as exc:
-            raise SnapshotStoreError(f"s3://{self.bucket}/{key}: PutObject failed: {_code(exc)}") from None
+            raise SnapshotStoreError(f"s3://{self.bucket}/{key}: PutObject failed: {aws_error_code(exc)}") from None
 
 
 if TYPE_CHECKING:

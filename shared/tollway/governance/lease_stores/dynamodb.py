@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tollway.exceptions import aws_error_code
 from tollway.governance.lease_stores.store import LeaseStoreUnavailable, check_take
 
 __all__ = ["DynamoDBLeaseStore", "LeaseStoreSettings"]
@@ -68,8 +69,7 @@ class LeaseStoreSettings(BaseModel):
 
 def _unavailable(table: str, operation: str, exc: Exception) -> LeaseStoreUnavailable:
     """A botocore error as :class:`LeaseStoreUnavailable`: table, operation and code, never a value."""
-    code = getattr(exc, "response", {}).get("Error", {}).get("Code") or type(exc).__name__
-    return LeaseStoreUnavailable(f"quota-leases table {table}: {operation} failed: {code}")
+    return LeaseStoreUnavailable(f"quota-leases table {table}: {operation} failed: {aws_error_code(exc)}")
 
 
 def _n(value: int) -> dict[str, str]:
