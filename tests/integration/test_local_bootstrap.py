@@ -185,3 +185,23 @@ def test_describe_reports_missing_resources_as_none(cloud: LocalCloud, prefix: s
     for kind in state.values():
         assert kind and all(value is None for value in kind.values())
     assert json.loads(json.dumps(state)) == state  # the CLI prints it as JSON
+
+
+def test_the_emulators_queue_counts_hold_across_sends_and_receives(cloud: LocalCloud, prefix: str) -> None:
+    """The embedded moto skips the backlog counts while sending (``tollway.cloud.moto_server``); a
+    GetQueueAttributes still counts every message."""
+    sqs = client(cloud, "sqs")
+    url = sqs.create_queue(QueueName=f"{prefix}-counts")["QueueUrl"]
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+
+    def counts() -> tuple[int, int]:
+        attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+        return int(attributes[names[0]]), int(attributes[names[1]])
+
+    for b in range(5):
+        entries = [{"Id": str(i), "MessageBody": json.dumps({"b": b, "i": i})} for i in range(10)]
+        assert not sqs.send_message_batch(QueueUrl=url, Entries=entries).get("Failed")
+    assert counts() == (50, 0)
+    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=60)["Messages"]
+    sqs.send_message(QueueUrl=url, MessageBody="{}")
+    assert counts() == (41, len(received))

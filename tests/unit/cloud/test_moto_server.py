@@ -1,0 +1,99 @@
+"""The embedded cloud's moto fixes, applied in-process (and undone after each test).
+
+An SQS send must not walk the queue's backlog, and the queue's approximate counts must stay
+right. The server-side counterpart, against a running ``tollway.cloud.moto_server``, is in
+``tests/integration/test_local_bootstrap.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+from moto.dynamodb.models import DynamoDBBackend
+from moto.sqs.models import Message, Queue, SQSBackend
+
+from tollway.cloud import moto_server
+
+REGION = "us-east-1"
+
+
+@pytest.fixture
+def patched(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``patch_moto()``, with every class attribute it replaces restored afterwards."""
+    for name in moto_server._APPROXIMATE_COUNTS:
+        monkeypatch.setattr(Queue, name, Queue.__dict__[name])
+    for name in ("send_message", "send_message_batch"):
+        monkeypatch.setattr(SQSBackend, name, SQSBackend.__dict__[name])
+    for name in moto_server._WRITES:
+        monkeypatch.setattr(DynamoDBBackend, name, DynamoDBBackend.__dict__[name])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    moto_server.patch_moto()
+    yield
+
+
+@pytest.fixture
+def visibility_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A counter of ``Message.visible`` evaluations: one per message each time the backlog is walked."""
+    calls = [0]
+    original = Message.__dict__["visible"].fget
+
+    def counted(message: Any) -> bool:
+        calls[0] += 1
+        return bool(original(message))
+
+    monkeypatch.setattr(Message, "visible", property(counted))
+    return calls
+
+
+def _send_batches(sqs: Any, url: str, batches: int) -> None:
+    for b in range(batches):
+        entries = [{"Id": str(i), "MessageBody": f'{{"b":{b},"i":{i}}}'} for i in range(10)]
+        assert not sqs.send_message_batch(QueueUrl=url, Entries=entries).get("Failed")
+
+
+def _counts(sqs: Any, url: str) -> dict[str, int]:
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+    return {name: int(attributes[name]) for name in names}
+
+
+@mock_aws
+def test_a_send_does_not_walk_the_backlog(patched: None, visibility_checks: list[int]) -> None:
+    sqs = boto3.client("sqs", region_name=REGION)
+    url = sqs.create_queue(QueueName="backlog")["QueueUrl"]
+    _send_batches(sqs, url, 20)  # a backlog of 200 messages
+    before = visibility_checks[0]
+
+    _send_batches(sqs, url, 1)
+    sqs.send_message(QueueUrl=url, MessageBody="one more")
+
+    # Unpatched moto evaluates every queued message's visibility at least once per message sent.
+    assert visibility_checks[0] == before
+
+
+@mock_aws
+def test_the_counts_stay_right(patched: None) -> None:
+    sqs = boto3.client("sqs", region_name=REGION)
+    url = sqs.create_queue(QueueName="counted")["QueueUrl"]
+    _send_batches(sqs, url, 3)
+    assert _counts(sqs, url) == {"ApproximateNumberOfMessages": 30, "ApproximateNumberOfMessagesNotVisible": 0}
+
+    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=60)["Messages"]
+    assert len(received) == 10
+    sqs.send_message(QueueUrl=url, MessageBody="after the receive")
+    assert _counts(sqs, url) == {"ApproximateNumberOfMessages": 21, "ApproximateNumberOfMessagesNotVisible": 10}
+
+
+@mock_aws
+def test_fifo_deduplication_still_reads_the_queue_attribute(patched: None) -> None:
+    sqs = boto3.client("sqs", region_name=REGION)
+    attributes = {"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    url = sqs.create_queue(QueueName="dedup.fifo", Attributes=attributes)["QueueUrl"]
+    for _ in range(3):
+        sqs.send_message(QueueUrl=url, MessageBody="same body", MessageGroupId="g")
+    assert _counts(sqs, url)["ApproximateNumberOfMessages"] == 1
