@@ -15,10 +15,15 @@ It registers with the Extensions API for ``INVOKE`` and ``SHUTDOWN`` and then lo
   fails, the extension keeps to the first drain and says so in its log.
 - ``SHUTDOWN``: a last drain within the shutdown deadline, then exit 0.
 
-The function appends to ``$TOLLWAY_AUDIT_WAL_DIR/worker-<N>`` (``tollway.audit.pipeline``); the
-extension ships every ``worker-*`` directory there. Records stay in the WAL until the sink
-accepted them, so a failed drain loses nothing while the volume lives: ``/tmp`` lives as long as
-the execution environment, an EFS path beyond it.
+The function appends to ``$TOLLWAY_AUDIT_WAL_DIR/env-<id>``, one directory per execution
+environment (``tollway.audit.wal_dirs``: the id is kept in the environment's ``/tmp``, which the
+function and the extension share); the extension ships that directory. Records stay in the WAL
+until the sink accepted them, so a failed drain loses nothing while the volume lives: ``/tmp``
+lives as long as the execution environment, an EFS path beyond it. On EFS, where every
+environment's directory is visible, the extension also adopts the directories of environments
+that are gone (nobody holds their locks, and nothing changed in them for
+``$TOLLWAY_AUDIT_ORPHAN_IDLE_S``, default 300 s): it ships them after an invoke's response and
+deletes them once everything is acknowledged.
 
 Settings come from the environment only, so the extension needs neither the config file nor a
 parser: ``TOLLWAY_AUDIT_SINK`` (``sqs``, the default; ``kafka``; or ``none`` to idle),
@@ -45,6 +50,7 @@ from typing import Any, Final, Literal, cast
 
 from tollway.audit.shipper import Shipper
 from tollway.audit.sinks import AuditSink, KafkaSink, SinkUnavailable, SqsSink, UsageFanOut
+from tollway.audit.wal_dirs import ORPHAN_IDLE_S, ShipLock, lambda_directory_name, ship_orphans
 
 __all__ = [
     "EXTENSION_NAME",
@@ -72,8 +78,9 @@ it (each miss kept the environment up until the invoke's deadline)."""
 INVOKE_MARGIN_S: Final = 1.0
 """Time left before the invoke's deadline when a drain stops, for the ``event/next`` call itself."""
 SHUTDOWN_MARGIN_S: Final = 0.2
-BATCH_RECORDS: Final = 256
+BATCH_RECORDS: Final = 512
 BATCH_BYTES: Final = 1024 * 1024
+ORPHAN_SCAN_S: Final = 60.0
 
 
 class ExtensionError(RuntimeError):
@@ -166,6 +173,7 @@ class ExtensionSettings:
     region: str = "us-east-1"
     kafka_bootstrap: str = ""
     kafka_topic: str = "tollway-audit-events"
+    orphan_idle_s: float = ORPHAN_IDLE_S
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ExtensionSettings:
@@ -181,6 +189,15 @@ class ExtensionSettings:
             problems.append("TOLLWAY_QUEUE_AUDIT is not set")
         if sink == "kafka" and not env.get("TOLLWAY_AUDIT_KAFKA_BOOTSTRAP"):
             problems.append("TOLLWAY_AUDIT_KAFKA_BOOTSTRAP is not set")
+        idle = env.get("TOLLWAY_AUDIT_ORPHAN_IDLE_S", "").strip()
+        orphan_idle_s = ORPHAN_IDLE_S
+        if idle:
+            try:
+                orphan_idle_s = float(idle)
+            except ValueError:
+                orphan_idle_s = -1.0
+            if not orphan_idle_s >= 0:  # also refuses nan
+                problems.append(f"TOLLWAY_AUDIT_ORPHAN_IDLE_S={idle!r} is not a number of seconds >= 0")
         if problems:
             raise ValueError("; ".join(problems))
         return cls(
@@ -191,6 +208,7 @@ class ExtensionSettings:
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
             kafka_bootstrap=env.get("TOLLWAY_AUDIT_KAFKA_BOOTSTRAP", ""),
             kafka_topic=env.get("TOLLWAY_AUDIT_KAFKA_TOPIC") or "tollway-audit-events",
+            orphan_idle_s=orphan_idle_s,
         )
 
     def build_sink(self, env: Mapping[str, str]) -> AuditSink | None:
@@ -206,47 +224,78 @@ class ExtensionSettings:
 
 
 class WalDrainer:
-    """One :class:`Shipper` per ``worker-*`` WAL directory under ``base``, all into one sink."""
+    """Ships this environment's WAL directory and, now and then, adopts orphans under the same root.
 
-    def __init__(self, base: Path, sink: AuditSink) -> None:
+    ``own`` is the directory the function writes (``env-<id>``, :mod:`tollway.audit.wal_dirs`). The
+    extension holds its ``ship.lock`` from the first drain on, so no other environment's extension
+    adopts it while this one lives. Other directories under ``base`` are adopted only when nobody
+    writes or ships them and they have been idle for ``orphan_idle_s`` (an environment reclaimed
+    with records left on EFS), at most once every ``orphan_scan_s``.
+    """
+
+    def __init__(
+        self,
+        base: Path,
+        sink: AuditSink,
+        own: str,
+        *,
+        orphan_scan_s: float = ORPHAN_SCAN_S,
+        orphan_idle_s: float = ORPHAN_IDLE_S,
+    ) -> None:
         self._base = base
         self._sink = sink
-        self._shippers: dict[Path, Shipper] = {}
+        self._own = base / own
+        self._lock = ShipLock(self._own)
+        self._shipper: Shipper | None = None
+        self._orphan_scan_s = orphan_scan_s
+        self._orphan_idle_s = orphan_idle_s
+        self._next_orphan_scan = 0.0
+        self._orphans_shipped = self._orphans_retired = 0
 
-    def _directories(self) -> list[Path]:
-        try:
-            return sorted(p for p in self._base.iterdir() if p.is_dir() and p.name.startswith("worker-"))
-        except FileNotFoundError:
-            return []
-
-    def drain(self, deadline: float) -> int:
-        """Ship what every WAL holds, until ``deadline`` (monotonic); failures are logged, never raised."""
+    def drain(self, deadline: float, *, orphans: bool = True) -> int:
+        """Ship what the WAL holds until ``deadline`` (monotonic), then orphans if one is due and
+        ``orphans``; failures are logged, never raised."""
         from tollway.audit.wal import WalReader
 
         shipped = 0
-        for directory in self._directories():
-            shipper = self._shippers.get(directory)
-            try:
-                if shipper is None:
-                    shipper = Shipper(
-                        WalReader(directory),
+        try:
+            if self._lock.acquire():  # False until the function has opened its WAL
+                if self._shipper is None:
+                    self._shipper = Shipper(
+                        WalReader(self._own),
                         self._sink,
                         batch_records=BATCH_RECORDS,
                         batch_bytes=BATCH_BYTES,
                         idle_s=0.0,
                         max_backoff_s=1.0,
                     )
-                    self._shippers[directory] = shipper
-                shipped += shipper.drain_once(deadline)
-            except SinkUnavailable as exc:
-                log.warning("audit sink unavailable, records stay in the WAL: %s", exc)
-                break
-            except Exception:
-                log.exception("could not ship the audit WAL in %s", directory)
+                shipped += self._shipper.drain_once(deadline)
+            if orphans and time.monotonic() >= self._next_orphan_scan:
+                self._next_orphan_scan = time.monotonic() + self._orphan_scan_s
+                count, retired = ship_orphans(
+                    self._base,
+                    self._sink,
+                    own=[self._own],
+                    batch_records=BATCH_RECORDS,
+                    batch_bytes=BATCH_BYTES,
+                    deadline=deadline,
+                    idle_s=self._orphan_idle_s,
+                )
+                shipped += count
+                self._orphans_shipped += count
+                self._orphans_retired += retired
+        except SinkUnavailable as exc:
+            log.warning("audit sink unavailable, records stay in the WAL: %s", exc)
+        except Exception:
+            log.exception("could not ship the audit WAL under %s", self._base)
         return shipped
 
     def stats(self) -> dict[str, Any]:
-        return {directory.name: shipper.stats() for directory, shipper in self._shippers.items()}
+        own = self._shipper.stats() if self._shipper is not None else {}
+        return {**own, "orphans_shipped": self._orphans_shipped, "orphans_retired": self._orphans_retired}
+
+    def close(self) -> None:
+        self._lock.release()
 
 
 class RuntimeDone:
@@ -325,8 +374,11 @@ def run(api: ExtensionsApi, env: Mapping[str, str]) -> int:
         log.error("%s: %s", EXTENSION_NAME, exc)
         api.init_error("Extension.ConfigError", str(exc))
         return 1
-    drainer = None if sink is None else WalDrainer(settings.wal_dir, sink)
-    log.info("%s registered: sink %r, WAL %s", EXTENSION_NAME, sink, settings.wal_dir)
+    drainer = None
+    if sink is not None:
+        own = lambda_directory_name()
+        drainer = WalDrainer(settings.wal_dir, sink, own, orphan_idle_s=settings.orphan_idle_s)
+        log.info("%s registered: sink %r, WAL %s", EXTENSION_NAME, sink, settings.wal_dir / own)
     done = None if drainer is None else _subscribe(api, env)
     misses = 0
     while True:
@@ -335,7 +387,9 @@ def run(api: ExtensionsApi, env: Mapping[str, str]) -> int:
         shutdown = kind == "SHUTDOWN"
         if drainer is not None:
             deadline = event_deadline(event, SHUTDOWN_MARGIN_S if shutdown else INVOKE_MARGIN_S)
-            drainer.drain(deadline)
+            # Orphans only when the invoke is done (or when its end cannot be seen): adopting one
+            # at INVOKE would take CPU from the function while it serves the request.
+            drainer.drain(deadline, orphans=done is None and not shutdown)
             request_id = event.get("requestId")
             if done is not None and not shutdown and isinstance(request_id, str):
                 if done.wait(request_id, deadline):
@@ -356,6 +410,7 @@ def run(api: ExtensionsApi, env: Mapping[str, str]) -> int:
                 done.close()
             if drainer is not None:
                 log.info("%s shutting down (%s): %s", EXTENSION_NAME, event.get("shutdownReason"), drainer.stats())
+                drainer.close()
             if isinstance(sink, KafkaSink):
                 sink.close(0.5)
             return 0

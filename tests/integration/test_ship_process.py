@@ -1,12 +1,14 @@
 """Server mode's out-of-process audit shipper against a real WAL and a real SQS queue on moto.
 
-It ships what the workers appended; it skips a directory another shipper holds; it exits, after
-a last drain, when the gateway that started it is gone or when told to stop.
+It ships what the workers appended; it skips a directory another shipper holds; it adopts a WAL
+directory that no worker writes any more, ships it and deletes it; it exits, after a last drain,
+when the gateway that started it is gone or when told to stop.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pytest
 import yaml
 
@@ -47,11 +50,22 @@ def setup(cloud: LocalCloud, prefix: str, tmp_path: Path) -> Iterator[tuple[Path
             {"audit": {"spool": {"path": str(spool)}, "sink": {"type": "sqs", "queueName": topo.queue("audit").name}}}
         )
     )
-    writer = WalWriter(spool / "worker-0", instance_id="ship-test", limits=LIMITS, durable=True)
+    writer = _open_writer(spool / "worker-0")
+    _append(writer, [f"req_{i}" for i in range(20)])
+    writer.close()
+    yield spool / "worker-0", config, {**os.environ, **cloud.env()}
+
+
+def _open_writer(directory: Path) -> WalWriter:
+    writer = WalWriter(directory, instance_id="ship-test", limits=LIMITS, durable=True)
     writer.open()
-    for i in range(20):
+    return writer
+
+
+def _append(writer: WalWriter, request_ids: list[str]) -> None:
+    for request_id in request_ids:
         ev = events.request_admitted(
-            request_id=f"req_{i}",
+            request_id=request_id,
             root_digest="d" * 64,
             principal_id="p",
             tenant="t",
@@ -63,8 +77,6 @@ def setup(cloud: LocalCloud, prefix: str, tmp_path: Path) -> Iterator[tuple[Path
             max_attempts=1,
         )
         writer.append(ev.encode())
-    writer.close()
-    yield spool / "worker-0", config, {**os.environ, **cloud.env()}
 
 
 def _acked(directory: Path) -> int:
@@ -80,12 +92,31 @@ def _wait(predicate, timeout_s: float = 15.0) -> bool:  # type: ignore[no-untype
     return False
 
 
-def _ship(config: Path, env: dict[str, str], parent: int) -> subprocess.Popen[bytes]:
+def _ship(config: Path, env: dict[str, str], parent: int, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tollway.audit.ship_process", "--config", str(config), "--parent", str(parent)],
+        [sys.executable, "-m", "tollway.audit.ship_process", "--config", str(config), "--parent", str(parent), *extra],
         env=env,
         stderr=subprocess.DEVNULL,
     )
+
+
+def _queued_request_ids(cloud: LocalCloud, queue_name: str) -> list[str]:
+    """Every ``requestId`` in the messages on the queue (received and deleted)."""
+    sqs = boto3.client("sqs", endpoint_url=cloud.endpoint, region_name=cloud.region, **_keys(cloud))
+    url = sqs.get_queue_url(QueueName=queue_name)["QueueUrl"]
+    found: list[str] = []
+    while True:
+        messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0).get("Messages", [])
+        if not messages:
+            return found
+        for message in messages:
+            found += [e["requestId"] for e in json.loads(message["Body"])["events"]]
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+
+
+def _keys(cloud: LocalCloud) -> dict[str, str]:
+    env = cloud.env()
+    return {"aws_access_key_id": env["AWS_ACCESS_KEY_ID"], "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"]}
 
 
 def test_ships_everything_and_exits_when_its_gateway_is_gone(setup: tuple[Path, Path, dict[str, str]]) -> None:
@@ -123,3 +154,28 @@ def test_skips_a_directory_another_shipper_holds(setup: tuple[Path, Path, dict[s
             if shipper.poll() is None:
                 shipper.kill()
                 shipper.wait(5)
+
+
+def test_adopts_a_directory_no_worker_writes_ships_it_and_deletes_it(
+    setup: tuple[Path, Path, dict[str, str]], cloud: LocalCloud, prefix: str
+) -> None:
+    directory, config, env = setup
+    leftover = directory.parent / "worker-3"  # a worker index this one-worker gateway no longer starts
+    writer = _open_writer(leftover)
+    _append(writer, [f"left_{i}" for i in range(7)])
+    shipper = _ship(config, env, os.getpid(), "--orphan-idle-s", "0", "--orphan-scan-s", "0.2")
+    try:
+        assert _wait(lambda: _acked(directory) == 20)
+        time.sleep(1.0)
+        assert leftover.is_dir() and _acked(leftover) == 0, "a directory with a live writer was adopted"
+        writer.close()
+        assert _wait(lambda: not leftover.exists(), timeout_s=15), "the orphan was not adopted and retired"
+        shipper.terminate()
+        assert shipper.wait(15) == 0
+    finally:
+        writer.close()
+        if shipper.poll() is None:
+            shipper.kill()
+            shipper.wait(5)
+    shipped = _queued_request_ids(cloud, topology(prefix).queue("audit").name)
+    assert sorted(set(shipped)) == sorted({f"req_{i}" for i in range(20)} | {f"left_{i}" for i in range(7)})

@@ -29,6 +29,7 @@ from tests.support.audit_events import request_events
 from tollway.audit.shipper import Shipper
 from tollway.audit.sinks import SqsSink
 from tollway.audit.wal import WalLimits, WalReader, WalWriter
+from tollway.audit.wal_dirs import lambda_directory_name
 from tollway.cloud.local import LocalCloud
 from tollway.cloud.resources import topology
 
@@ -354,15 +355,25 @@ def test_the_extension_ships_after_each_invoke_and_drains_at_shutdown(
 ) -> None:
     name, url = create_queue(cloud, prefix)
     wal_base = tmp_path / "wal"
-    directory = wal_base / "worker-0"
+    scratch = tmp_path / "scratch"  # the execution environment's /tmp, shared by function and extension
+    scratch.mkdir()
+    directory = wal_base / lambda_directory_name(scratch)
     writer = open_writer(directory)
+    # A reclaimed environment's WAL on the shared volume (EFS), with records it never shipped.
+    gone = wal_base / ("env-" + uuid.uuid4().hex)
+    gone_writer = open_writer(gone)
+    orphaned = interleaved(f"{prefix}-gone", 3)
+    append_written(gone_writer, orphaned)
+    gone_writer.close()
     env = {
         **os.environ,
         **cloud.env(),
+        "TMPDIR": str(scratch),
         "AWS_LAMBDA_RUNTIME_API": extensions_api.address,
         "TOLLWAY_AUDIT_WAL_DIR": str(wal_base),
         "TOLLWAY_QUEUE_AUDIT": name,
         "TOLLWAY_AUDIT_SINK": "sqs",
+        "TOLLWAY_AUDIT_ORPHAN_IDLE_S": "0",
     }
     log_path = tmp_path / "extension.log"
     proc = start_extension(env, log_path)
@@ -374,7 +385,9 @@ def test_the_extension_ships_after_each_invoke_and_drains_at_shutdown(
         append_written(writer, first)
         extensions_api.send("INVOKE", 30)
         extensions_api.wait_next_calls(2, proc)
-        assert_shipped_exactly(receive_all(cloud, url, len(first)), first)
+        # No Telemetry API here, so the INVOKE drain also adopts the orphan, ships it and deletes it.
+        assert_shipped_exactly(receive_all(cloud, url, len(first) + len(orphaned)), first + orphaned)
+        assert not gone.exists()
 
         second = interleaved(f"{prefix}-b", 9)
         append_written(writer, second)

@@ -1,10 +1,11 @@
 """One process's audit pipeline, built from the ``audit:`` block at start: WAL writer, recorder, shipper.
 
-The WAL directory is ``<spool.path>/worker-<N>``: one single-writer WAL per worker process, and
-the same directory again after a restart, so recovery replays what the previous process appended
-but never shipped. ``N`` is ``$TOLLWAY_WORKER_INDEX`` (set by ``tollway serve`` for each worker;
-0 for a single process). ``$TOLLWAY_AUDIT_WAL_DIR`` overrides ``spool.path`` (Lambda sets it to a
-``/tmp`` or EFS path; the WAL-shipper extension reads the same variable).
+The WAL directory is ``<spool.path>/worker-<N>`` in server mode (``N`` is ``$TOLLWAY_WORKER_INDEX``,
+set by ``tollway serve`` for each worker; 0 for a single process) and ``env-<id>`` on Lambda, one per
+execution environment (:mod:`tollway.audit.wal_dirs`): one single-writer WAL per process, and the
+same directory again after a restart, so recovery replays what the previous process appended but
+never shipped. ``$TOLLWAY_AUDIT_WAL_DIR`` overrides ``spool.path`` (Lambda sets it to a ``/tmp`` or
+EFS path; the WAL-shipper extension reads the same variable).
 
 In server mode the shipper is an asyncio task of this process; on Lambda the function only
 appends, and the extension in ``layers/extension`` ships after each invoke.
@@ -51,7 +52,9 @@ def wal_root(cfg: AuditConfig) -> Path:
 
 
 def wal_directory(cfg: AuditConfig) -> Path:
-    return wal_root(cfg) / f"worker-{int(os.environ.get('TOLLWAY_WORKER_INDEX', '0'))}"
+    from tollway.audit.wal_dirs import wal_directory_name
+
+    return wal_root(cfg) / wal_directory_name(os.environ)
 
 
 def external_shipper() -> bool:

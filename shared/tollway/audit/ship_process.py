@@ -8,6 +8,9 @@ gateway 0.58 ms (SQS) to 1.3 ms (Kafka) of CPU per request at 500 RPS (docs/benc
 
 - One reader per directory: a ``ship.lock`` flock, so two shippers (an orphan and its successor
   after a crash) never interleave acknowledgements; a locked directory is skipped and retried.
+- Orphans: once a minute it also adopts any other WAL directory under the root that no process
+  writes or ships (a ``worker-<N>`` that a smaller ``--workers`` no longer starts), ships what it
+  holds and deletes it (:mod:`tollway.audit.wal_dirs`).
 - Parent death: when the gateway process (``--parent``, default the one that started it) is gone,
   it drains once more and exits, so a killed gateway leaves no shipper behind.
 - SIGTERM / SIGINT: a last drain within ``--stop-timeout``, then exit 0.
@@ -20,7 +23,6 @@ gateway 0.58 ms (SQS) to 1.3 ms (Kafka) of CPU per request at 500 RPS (docs/benc
 from __future__ import annotations
 
 import argparse
-import fcntl
 import logging
 import os
 import signal
@@ -29,17 +31,19 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from tollway.audit.pipeline import build_sink, wal_root
 from tollway.audit.shipper import Shipper
 from tollway.audit.sinks import SinkUnavailable
 from tollway.audit.wal import WalError, WalReader
+from tollway.audit.wal_dirs import ORPHAN_IDLE_S, ShipLock, ship_orphans
 
 __all__ = ["main"]
 
 log = logging.getLogger("tollway.audit.ship")
 _MAX_BACKOFF_S = 5.0
+ORPHAN_SCAN_S = 60.0
 
 
 class _Directory:
@@ -48,21 +52,14 @@ class _Directory:
     def __init__(self, path: Path, sink: Any, batch_records: int, batch_bytes: int) -> None:
         self.path = path
         self._sink, self._records, self._bytes = sink, batch_records, batch_bytes
-        self._lock: IO[bytes] | None = None
+        self._lock = ShipLock(path)
         self.shipper: Shipper | None = None
 
     def ready(self) -> bool:
         if self.shipper is not None:
             return True
-        if not self.path.is_dir():
-            return False  # the worker has not opened its WAL yet
-        lock = (self.path / "ship.lock").open("ab")
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.close()
-            return False  # another shipper still holds it
-        self._lock = lock
+        if not self._lock.acquire():
+            return False  # the worker has not opened its WAL yet, or another shipper still holds it
         self.shipper = Shipper(
             WalReader(self.path),
             self._sink,
@@ -74,9 +71,7 @@ class _Directory:
         return True
 
     def close(self) -> None:
-        if self._lock is not None:
-            self._lock.close()
-            self._lock = None
+        self._lock.release()
 
 
 def _drain_all(dirs: list[_Directory], deadline: float | None = None) -> bool:
@@ -104,7 +99,35 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def run(config_path: Path, workers: int, *, parent: int, stop: threading.Event, stop_timeout_s: float = 10.0) -> int:
+def _ship_orphans(
+    root: Path, dirs: list[_Directory], sink: Any, batch_records: int, batch_bytes: int, idle_s: float
+) -> bool:
+    """One orphan pass; False if the sink failed."""
+    try:
+        ship_orphans(
+            root,
+            sink,
+            own=[d.path for d in dirs],
+            batch_records=batch_records,
+            batch_bytes=batch_bytes,
+            idle_s=idle_s,
+        )
+    except SinkUnavailable as exc:
+        log.warning("audit shipper (orphans): %s", type(exc).__name__)
+        return False
+    return True
+
+
+def run(
+    config_path: Path,
+    workers: int,
+    *,
+    parent: int,
+    stop: threading.Event,
+    stop_timeout_s: float = 10.0,
+    orphan_scan_s: float = ORPHAN_SCAN_S,
+    orphan_idle_s: float = ORPHAN_IDLE_S,
+) -> int:
     from tollway.config.loader import load_config
 
     cfg = load_config(config_path).audit
@@ -112,15 +135,21 @@ def run(config_path: Path, workers: int, *, parent: int, stop: threading.Event, 
         return 0
     sink = build_sink(cfg)
     root = wal_root(cfg)
-    dirs = [_Directory(root / f"worker-{i}", sink, cfg.sink.batchSize, cfg.spool.maxBatchBytes) for i in range(workers)]
+    batch_records, batch_bytes = cfg.sink.batchSize, cfg.spool.maxBatchBytes
+    dirs = [_Directory(root / f"worker-{i}", sink, batch_records, batch_bytes) for i in range(workers)]
     interval = cfg.sink.flushIntervalMs / 1000
     backoff = 0.0
+    next_orphan_scan = time.monotonic()
     try:
         while not stop.is_set():
             if not _alive(parent):
                 log.info("audit shipper: the gateway is gone; last drain")
                 break
-            if _drain_all(dirs):
+            ok = _drain_all(dirs)
+            if ok and time.monotonic() >= next_orphan_scan:
+                next_orphan_scan = time.monotonic() + orphan_scan_s
+                ok = _ship_orphans(root, dirs, sink, batch_records, batch_bytes, orphan_idle_s)
+            if ok:
                 backoff = 0.0
                 wait = interval
             else:
@@ -139,6 +168,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config", required=True, type=Path)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--parent", type=int, default=None, help="exit when this process is gone (default: ours)")
+    parser.add_argument(
+        "--orphan-idle-s",
+        type=float,
+        default=ORPHAN_IDLE_S,
+        help="adopt another WAL directory once it has been unchanged this long (seconds)",
+    )
+    parser.add_argument(
+        "--orphan-scan-s", type=float, default=ORPHAN_SCAN_S, help="how often to look for such directories (seconds)"
+    )
     parser.add_argument("--nice", type=int, default=10, help="lower this process's CPU priority by this much (0: not)")
     args = parser.parse_args(argv)
     if args.nice > 0:
@@ -154,7 +192,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    return run(args.config, max(1, args.workers), parent=args.parent or os.getppid(), stop=stop)
+    return run(
+        args.config,
+        max(1, args.workers),
+        parent=args.parent or os.getppid(),
+        stop=stop,
+        orphan_scan_s=max(0.1, args.orphan_scan_s),
+        orphan_idle_s=max(0.0, args.orphan_idle_s),
+    )
 
 
 if __name__ == "__main__":

@@ -98,8 +98,12 @@ class UsageFanOut:
         return f"UsageFanOut({self.audit!r}, usage={self.usage!r})"
 
     def send(self, batch: list[bytes]) -> None:
+        self.send_split(batch, usage_messages(batch))
+
+    def send_split(self, batch: list[bytes], usage: list[bytes]) -> None:
+        """``batch`` to the audit sink, then ``usage`` (its ``request_finished`` events, already
+        packed by the shipper, which parsed every event anyway) to the usage queue."""
         self.audit.send(batch)
-        usage = usage_messages(batch)
         if usage:
             self.usage.send(usage)
 

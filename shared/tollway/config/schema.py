@@ -280,7 +280,7 @@ class AuditSinkConfig(_Model):
     ``$TOLLWAY_QUEUE_USAGE``, and neither set means no usage fan-out."""
     bootstrapServers: str = ""
     topic: str = "tollway-audit-events"
-    batchSize: int = 256
+    batchSize: int = 512
     flushIntervalMs: int = 500
     """How often the shipper drains when it has caught up: fewer, fuller sends against delivery delay."""
 

@@ -1,12 +1,14 @@
-"""The Lambda extension's settings, deadlines and per-worker draining (real WALs on disk, an in-memory sink)."""
+"""The Lambda extension's settings, deadlines, draining and orphan adoption (real WALs on disk, an in-memory sink)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -20,9 +22,25 @@ from layers.extension import EXTENSION_NAME, layer_files, wal_shipper
 from layers.extension.wal_shipper import ExtensionsApi, ExtensionSettings, WalDrainer, event_deadline, run
 from tollway.audit.sinks import KafkaSink, SinkUnavailable, SqsSink
 from tollway.audit.wal import WalLimits, WalReader, WalWriter
+from tollway.audit.wal_dirs import lambda_directory_name
 
 ROOT = Path(__file__).resolve().parents[3]
 LIMITS = WalLimits(max_bytes=4 << 20, segment_bytes=256 << 10, max_record_bytes=64 << 10)
+
+
+def env_dir(label: str) -> str:
+    """An execution environment's WAL directory name (``env-`` and 32 hex digits), stable per label."""
+    return "env-" + hashlib.sha256(label.encode()).hexdigest()[:32]
+
+
+ENV_BROKEN = env_dir("broken")
+ENV_GONE = env_dir("gone")
+ENV_LATE = env_dir("late")
+ENV_LIVE = env_dir("live")
+ENV_MINE = env_dir("mine")
+ENV_OWN = env_dir("own")
+ENV_THEIRS = env_dir("theirs")
+ENV_X = env_dir("x")
 
 
 @dataclass
@@ -35,6 +53,15 @@ class MemorySink:
             raise SinkUnavailable("queue down")
         for body in batch:
             self.events.extend(json.loads(body)["events"])
+
+
+@pytest.fixture(autouse=True)
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private temporary directory, where the environment id lives (``/tmp`` on Lambda)."""
+    path = tmp_path / "scratch"
+    path.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(path))
+    return path
 
 
 def fill(directory: Path, request_id: str, count: int) -> None:
@@ -121,37 +148,80 @@ def test_an_eventevent_deadline_becomes_a_monotonic_instant_less_the_margin() ->
     assert now < event_deadline({}, 0.5) <= time.monotonic() + 1.0
 
 
-def test_every_worker_wal_is_drained_and_a_broken_one_does_not_stop_the_others(tmp_path: Path) -> None:
-    (tmp_path / "worker-0").mkdir()
-    (tmp_path / "worker-0" / "wal-00000000000000000001.seg").write_bytes(b"not a WAL segment" * 4)
-    fill(tmp_path / "worker-1", "a", 3)
-    fill(tmp_path / "worker-2", "b", 2)
+def test_the_own_wal_ships_and_orphans_are_adopted_unless_someone_holds_them(tmp_path: Path) -> None:
+    fill(tmp_path / ENV_OWN, "own", 3)
+    fill(tmp_path / "worker-0", "gone", 2)  # an environment (or an older version) that is gone
+    live = WalWriter(tmp_path / ENV_LIVE, instance_id="unit", limits=LIMITS, durable=True)
+    live.open()  # another environment's function, still running
+    live.append(b'{"eventId":"live-0","requestId":"live"}')
+    (tmp_path / ENV_BROKEN).mkdir()
+    (tmp_path / ENV_BROKEN / "wal-00000000000000000001.seg").write_bytes(b"not a WAL segment" * 4)
     (tmp_path / "other").mkdir()
     sink = MemorySink()
-    drainer = WalDrainer(tmp_path, sink)
-    assert drainer.drain(time.monotonic() + 10) == 5
-    assert [e["eventId"] for e in sink.events] == ["a-0", "a-1", "a-2", "b-0", "b-1"]
-    assert WalReader(tmp_path / "worker-1").acked == 3
-    assert WalReader(tmp_path / "worker-2").acked == 2
-    assert set(drainer.stats()) == {"worker-0", "worker-1", "worker-2"}
-    assert drainer.stats()["worker-0"]["failures"] == 1
+    drainer = WalDrainer(tmp_path, sink, ENV_OWN, orphan_idle_s=0.0)
+    try:
+        assert drainer.drain(time.monotonic() + 10) == 5
+    finally:
+        live.close()
+        drainer.close()
+    assert [e["eventId"] for e in sink.events] == ["own-0", "own-1", "own-2", "gone-0", "gone-1"]
+    assert WalReader(tmp_path / ENV_OWN).acked == 3
+    assert not (tmp_path / "worker-0").exists(), "the drained orphan was not retired"
+    assert WalReader(tmp_path / ENV_LIVE).acked == 0
+    assert (tmp_path / ENV_BROKEN).is_dir() and (tmp_path / "other").is_dir()
+    assert drainer.stats()["orphans_retired"] == 1
+
+
+def test_orphans_wait_for_the_scan_interval_and_for_their_idle_time(tmp_path: Path) -> None:
+    fill(tmp_path / ENV_OWN, "own", 1)
+    sink = MemorySink()
+    drainer = WalDrainer(tmp_path, sink, ENV_OWN, orphan_scan_s=3600, orphan_idle_s=0.0)
+    assert drainer.drain(time.monotonic() + 10) == 1
+    fill(tmp_path / ENV_LATE, "late", 2)
+    assert drainer.drain(time.monotonic() + 10) == 0  # scanned a moment ago: not before the interval
+    drainer.close()
+    assert (tmp_path / ENV_LATE).is_dir()
+    fresh = WalDrainer(tmp_path, MemorySink(), ENV_X, orphan_idle_s=3600)
+    assert fresh.drain(time.monotonic() + 10) == 0  # changed just now: maybe a process restarting
+    assert WalReader(tmp_path / ENV_LATE).acked == 0
+
+
+def test_another_extensions_ship_lock_keeps_its_directory_from_adoption(tmp_path: Path) -> None:
+    fill(tmp_path / ENV_THEIRS, "theirs", 2)
+    theirs = WalDrainer(tmp_path, MemorySink(), ENV_THEIRS)
+    theirs.drain(time.monotonic() + 10, orphans=False)  # holds env-theirs's ship.lock from now on
+    fill(tmp_path / ENV_THEIRS, "more", 1)
+    sink = MemorySink()
+    mine = WalDrainer(tmp_path, sink, ENV_MINE, orphan_idle_s=0.0)
+    try:
+        assert mine.drain(time.monotonic() + 10) == 0
+        assert sink.events == [] and (tmp_path / ENV_THEIRS).is_dir()
+    finally:
+        theirs.close()
+    assert mine.drain(time.monotonic() + 10) == 0  # the scan interval has not passed
+    again = WalDrainer(tmp_path, sink, ENV_MINE, orphan_idle_s=0.0)
+    assert again.drain(time.monotonic() + 10) == 1
+    assert [e["eventId"] for e in sink.events] == ["more-0"]
+    assert not (tmp_path / ENV_THEIRS).exists()
 
 
 def test_an_unavailable_sink_leaves_every_record_in_the_wal(tmp_path: Path) -> None:
-    fill(tmp_path / "worker-0", "a", 3)
-    fill(tmp_path / "worker-1", "b", 2)
+    fill(tmp_path / ENV_OWN, "a", 3)
+    fill(tmp_path / ENV_GONE, "b", 2)
     sink = MemorySink(fail=True)
-    drainer = WalDrainer(tmp_path, sink)
+    drainer = WalDrainer(tmp_path, sink, ENV_OWN, orphan_scan_s=0.0, orphan_idle_s=0.0)
     assert drainer.drain(time.monotonic() + 10) == 0
-    assert WalReader(tmp_path / "worker-0").acked == 0
-    assert WalReader(tmp_path / "worker-1").acked == 0
+    assert WalReader(tmp_path / ENV_OWN).acked == 0
+    assert WalReader(tmp_path / ENV_GONE).acked == 0
     sink.fail = False
     assert drainer.drain(time.monotonic() + 10) == 5
+    drainer.close()
     assert len(sink.events) == 5
+    assert not (tmp_path / ENV_GONE).exists()
 
 
 def test_a_missing_wal_directory_ships_nothing(tmp_path: Path) -> None:
-    assert WalDrainer(tmp_path / "absent", MemorySink()).drain(time.monotonic() + 1) == 0
+    assert WalDrainer(tmp_path / "absent", MemorySink(), ENV_OWN).drain(time.monotonic() + 1) == 0
 
 
 class ScriptedApi(ExtensionsApi):
@@ -199,7 +269,7 @@ class TelemetryApi(ScriptedApi):
 
     def _finish_invoke(self) -> None:
         time.sleep(0.1)
-        fill(self.wal / "worker-0", "during", 2)  # the invoke's own events, after INVOKE was sent
+        fill(self.wal / lambda_directory_name(), "during", 2)  # the invoke's own events, after INVOKE was sent
         if self.uri is not None:
             events = [{"type": "platform.start", "record": {"requestId": "r1"}}]
             events.append({"type": "platform.runtimeDone", "record": {"requestId": "r1", "status": "success"}})
@@ -218,7 +288,7 @@ class TelemetryApi(ScriptedApi):
 
 
 def _telemetry_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, subscribe_fails: bool) -> TelemetryApi:
-    fill(tmp_path / "worker-0", "before", 3)
+    fill(tmp_path / lambda_directory_name(), "before", 3)
     sink = MemorySink()
     monkeypatch.setattr(ExtensionSettings, "build_sink", lambda self, env: sink)
     api = TelemetryApi(tmp_path, int((time.time() + 5) * 1000), subscribe_fails=subscribe_fails)

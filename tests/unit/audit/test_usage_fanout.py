@@ -6,7 +6,9 @@ import json
 
 import pytest
 
+from tollway.audit import shipper
 from tollway.audit.sinks import SinkUnavailable, UsageFanOut, usage_messages
+from tollway.audit.wal import WalRecord
 
 
 class Recorder:
@@ -51,3 +53,46 @@ def test_bodies_that_are_not_envelopes_are_skipped() -> None:
     assert usage_messages([b"not json", b'{"v":1}', message("request_finished")]) == usage_messages(
         [message("request_finished")]
     )
+
+
+class Records:
+    """A WAL source holding events in memory (the shipper's reader interface)."""
+
+    def __init__(self, payloads: list[bytes]) -> None:
+        self.records = [WalRecord(i + 1, p) for i, p in enumerate(payloads)]
+        self.acked = 0
+
+    def read(self, after_seq: int, max_records: int, max_bytes: int) -> list[WalRecord]:
+        return [r for r in self.records if r.sequence > after_seq][:max_records]
+
+    def acknowledge(self, seq: int) -> None:
+        self.acked = seq
+
+
+def event(kind: str, n: int) -> bytes:
+    return json.dumps({"kind": kind, "eventId": f"e{n}", "requestId": f"r{n // 4}"}).encode()
+
+
+@pytest.mark.parametrize("stdlib_only", [False, True], ids=["orjson", "stdlib"])
+def test_the_shipper_splits_the_usage_share_while_packing(monkeypatch: pytest.MonkeyPatch, stdlib_only: bool) -> None:
+    if stdlib_only:  # the Lambda extension's import path: no orjson
+        monkeypatch.setattr(shipper, "_load_utf8", lambda payload: json.loads(payload.decode()))
+        monkeypatch.setattr(shipper, "_DecodeError", ValueError)
+    kinds = ["request_admitted", "attempt_started", "attempt_finished", "request_finished"]
+    payloads = [event(kinds[n % 4], n) for n in range(200)]
+    payloads.insert(7, b"\xff not an event")  # refused, never in a message
+    payloads.insert(9, b"[1, 2]")
+    audit, usage = Recorder(), Recorder()
+    source = Records(payloads)
+    shipped = shipper.Shipper(
+        source, UsageFanOut(audit, usage), batch_records=500, batch_bytes=1 << 20, idle_s=0, max_backoff_s=1
+    ).drain_once()
+
+    assert shipped == 200 and source.acked == 202
+    audited = [e for batch in audit.batches for body in batch for e in json.loads(body)["events"]]
+    assert [e["eventId"] for e in audited] == [f"e{n}" for n in range(200)]
+    finished = [e for batch in usage.batches for body in batch for e in json.loads(body)["events"]]
+    assert [e["eventId"] for e in finished] == [f"e{n}" for n in range(3, 200, 4)]
+    # The same share as splitting the sent messages afterwards (what UsageFanOut.send does alone).
+    resplit = [e for batch in audit.batches for body in usage_messages(batch) for e in json.loads(body)["events"]]
+    assert finished == resplit

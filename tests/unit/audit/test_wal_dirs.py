@@ -1,0 +1,146 @@
+"""Which WAL directory a process writes, and adopting one nobody writes (real WALs on disk)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tollway.audit.wal import WalLimits, WalWriter
+from tollway.audit.wal_dirs import (
+    ENVIRONMENT_ID_FILE,
+    ShipLock,
+    claim_orphan,
+    environment_id,
+    wal_directories,
+    wal_directory_name,
+)
+from tollway.audit.wal_format import WalCorrupt
+
+LIMITS = WalLimits(max_bytes=4 << 20, segment_bytes=256 << 10, max_record_bytes=64 << 10)
+
+
+def fill(directory: Path, count: int, *, close: bool = True) -> WalWriter:
+    writer = WalWriter(directory, instance_id="unit", limits=LIMITS, durable=True)
+    writer.open()
+    for n in range(count):
+        writer.append(json.dumps({"eventId": f"e-{n}"}).encode())
+    if close:
+        writer.close()
+    else:
+        deadline = time.monotonic() + 5
+        while writer.durable_watermark < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return writer
+
+
+def test_the_environment_id_is_made_once_and_shared_by_every_process(tmp_path: Path) -> None:
+    ids: list[str] = []
+    threads = [threading.Thread(target=lambda: ids.append(environment_id(tmp_path))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(ids)) == 1 and len(ids[0]) == 32
+    assert (tmp_path / ENVIRONMENT_ID_FILE).read_text() == ids[0]
+    assert [p.name for p in tmp_path.iterdir()] == [ENVIRONMENT_ID_FILE]  # no drafts left behind
+
+
+def test_a_damaged_environment_id_is_replaced(tmp_path: Path) -> None:
+    (tmp_path / ENVIRONMENT_ID_FILE).write_text("../../etc")
+    made = environment_id(tmp_path)
+    assert made != "../../etc" and len(made) == 32 and environment_id(tmp_path) == made
+
+
+def test_directory_names_by_mode(tmp_path: Path) -> None:
+    assert wal_directory_name({"TOLLWAY_WORKER_INDEX": "3"}, tmp_path) == "worker-3"
+    assert wal_directory_name({}, tmp_path) == "worker-0"
+    on_lambda = wal_directory_name({"AWS_LAMBDA_FUNCTION_NAME": "gw"}, tmp_path)
+    assert on_lambda == f"env-{environment_id(tmp_path)}"
+    assert wal_directory_name({"AWS_LAMBDA_FUNCTION_NAME": "gw"}, tmp_path) == on_lambda  # after a restart too
+    other_environment = tmp_path / "elsewhere"
+    other_environment.mkdir()
+    assert wal_directory_name({"AWS_LAMBDA_FUNCTION_NAME": "gw"}, other_environment) != on_lambda
+
+
+def test_only_wal_directories_are_listed(tmp_path: Path) -> None:
+    for name in ("worker-0", "worker-12", "env-" + "a" * 32, "env-short", "worker-x", "other"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "worker-5").write_text("a file")
+    assert [p.name for p in wal_directories(tmp_path)] == ["env-" + "a" * 32, "worker-0", "worker-12"]
+    assert wal_directories(tmp_path / "absent") == []
+
+
+def test_a_live_writer_keeps_its_directory(tmp_path: Path) -> None:
+    writer = fill(tmp_path / "w", 2, close=False)
+    try:
+        assert claim_orphan(tmp_path / "w", idle_s=0) is None
+    finally:
+        writer.close()
+    orphan = claim_orphan(tmp_path / "w", idle_s=0)
+    assert orphan is not None
+    orphan.release()
+
+
+def test_a_shipper_keeps_its_directory_and_the_adopter_holds_both_locks(tmp_path: Path) -> None:
+    fill(tmp_path / "w", 2)
+    ship = ShipLock(tmp_path / "w")
+    assert ship.acquire()
+    assert claim_orphan(tmp_path / "w", idle_s=0) is None
+    ship.release()
+    with claim_orphan(tmp_path / "w", idle_s=0) as orphan:  # type: ignore[union-attr]
+        assert orphan.last_sequence == 2
+        assert not ship.acquire()
+        with pytest.raises(Exception, match="another writer"):
+            fill(tmp_path / "w", 1)
+    after = ShipLock(tmp_path / "w")
+    assert after.acquire()
+    after.release()
+
+
+def test_a_recently_changed_directory_is_not_adopted(tmp_path: Path) -> None:
+    fill(tmp_path / "w", 1)
+    assert claim_orphan(tmp_path / "w", idle_s=60) is None
+    later = time.time() + 61
+    orphan = claim_orphan(tmp_path / "w", idle_s=60, now=later)
+    assert orphan is not None
+    orphan.release()
+
+
+def test_retire_waits_for_the_checkpoint_then_deletes_everything(tmp_path: Path) -> None:
+    fill(tmp_path / "w", 3)
+    orphan = claim_orphan(tmp_path / "w", idle_s=0)
+    assert orphan is not None
+    reader = orphan.reader()
+    assert [r.sequence for r in reader.read(reader.acked, 10, 1 << 20)] == [1, 2, 3]
+    reader.acknowledge(2)
+    assert not orphan.retire() and (tmp_path / "w").is_dir()
+    reader.acknowledge(3)
+    assert orphan.retire()
+    assert not (tmp_path / "w").exists()
+
+
+def test_adoption_cuts_a_torn_tail_like_the_writers_recovery(tmp_path: Path) -> None:
+    fill(tmp_path / "w", 2)
+    segment = max((tmp_path / "w").glob("wal-*.seg"))
+    with segment.open("ab") as f:
+        f.write(b"\x40\x00\x00\x00partial")  # a crash in the middle of writing a record
+    with claim_orphan(tmp_path / "w", idle_s=0) as orphan:  # type: ignore[union-attr]
+        assert orphan.last_sequence == 2
+        reader = orphan.reader()
+        assert [r.sequence for r in reader.read(0, 10, 1 << 20)] == [1, 2]
+
+
+def test_a_corrupt_orphan_raises_and_lets_go_of_its_locks(tmp_path: Path) -> None:
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "wal-00000000000000000001.seg").write_bytes(b"not a WAL segment" * 4)
+    with pytest.raises(WalCorrupt):
+        claim_orphan(tmp_path / "w", idle_s=0)
+    after = ShipLock(tmp_path / "w")
+    assert after.acquire()
+    after.release()
+    assert sorted(os.listdir(tmp_path / "w")) == ["ship.lock", "wal-00000000000000000001.seg", "wal.lock"]
