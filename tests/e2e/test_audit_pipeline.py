@@ -200,6 +200,7 @@ def test_healthz_reports_the_wal_drained(audited_gateway: Gateway, runner: Event
     while time.monotonic() < deadline:
         audit = httpx.get(health, timeout=2).json()["audit"]
         if audit["wal"]["appended"] > 0 and audit["wal"]["appended"] == audit["shipper"]["acked"]:
+            assert audit["wal"]["writes_on_loop"] == 1, "server mode writes bounded-async batches on the loop"
             return
         time.sleep(0.1)
     pytest.fail(f"the WAL did not drain: {audit}")

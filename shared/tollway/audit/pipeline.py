@@ -36,6 +36,7 @@ log = logging.getLogger("tollway.audit")
 _WAL_PUBLIC = (
     "available",
     "durable",
+    "writes_on_loop",
     "appended",
     "durable_watermark",
     "loss_window_records",
@@ -106,8 +107,11 @@ class AuditPipeline:
         shipper = _shipper(cfg, directory) if ship else None
         return cls(recorder=recorder, writer=writer, shipper=shipper, directory=directory)
 
-    def start(self) -> None:
-        """Start the shipper task on the running loop (server mode)."""
+    def start(self, *, write_on_loop: bool = False) -> None:
+        """Start the shipper task on the running loop (server mode); with ``write_on_loop`` (and
+        ``bounded-async``), the loop also writes the WAL's batches (:meth:`WalWriter.write_on_loop`)."""
+        if write_on_loop and not self.writer.durable:
+            self.writer.write_on_loop(asyncio.get_running_loop())
         if self.shipper is not None and self._task is None:
             self._stop = asyncio.Event()
             self._task = asyncio.ensure_future(self.shipper.run(self._stop))

@@ -201,6 +201,15 @@ class WalWriter:
         self._state = _NEW
         self._failure: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._commit_lock = threading.Lock()
+        """Held while a batch is taken from ``_pending`` and written, by the writer thread or by the
+        event loop (:meth:`write_on_loop`), so batches reach the segment in sequence order."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._flush_scheduled = False
+        self._handoff = False
+        """Loop mode: the writer thread commits what is pending (a rollover is due, or the loop
+        could not take the commit lock) until nothing is."""
         self._lock_fd: int | None = None
         self._pending: deque[_Pending] = deque()
         self._pending_bytes = 0
@@ -231,6 +240,11 @@ class WalWriter:
     def durable_watermark(self) -> int:
         """Highest sequence that is durable (``durable=True``) or written to the OS; never decreases."""
         return self._durable_seq
+
+    @property
+    def durable(self) -> bool:
+        """Whether each batch is fdatasync'd before the watermark moves (``local-durable``)."""
+        return self._durable
 
     @property
     def appended(self) -> int:
@@ -332,6 +346,26 @@ class WalWriter:
             self._fsyncs += 1
         return header
 
+    def write_on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Write batches from ``loop`` instead of waking the writer thread (``durable=False`` only).
+
+        Call it from the loop's own thread. Each append then arms one ``call_later`` of
+        ``max_commit_delay_s`` that writes what is pending to the OS on the loop itself: no thread
+        wake-up, no GIL hand-off, no context switch per batch. Measured at 500 RPS with 2 workers,
+        that took 0.25 to 0.4 ms of CPU off each request (``docs/benchmarks.md``). A batch that
+        starts a new segment still goes to the writer thread (sealing a segment fdatasyncs it),
+        and so does everything at close. While the loop is blocked nothing is written, so the
+        loss window (records not yet written) grows with the loop's lag.
+        """
+        if self._durable:
+            raise ValueError("write_on_loop is for durable=False: a durable commit must not block the loop")
+        with self._cond:
+            self._loop = loop
+            self._loop_thread = threading.get_ident()
+            if self._pending and not self._flush_scheduled:
+                self._flush_scheduled = True
+                loop.call_soon(self._flush_on_loop)
+
     # -- the request path -------------------------------------------------------------------------
 
     def append(self, payload: bytes) -> int:
@@ -366,6 +400,10 @@ class WalWriter:
                 pending = self._pending
                 pending.append((seq, payload, time.perf_counter(), rolls))
                 self._pending_bytes += size
+                if self._loop is not None:
+                    if not self._flush_scheduled and not self._handoff:
+                        self._schedule_flush_locked()
+                    return seq
                 if (
                     len(pending) == 1
                     or len(pending) >= limits.max_batch_records
@@ -375,6 +413,48 @@ class WalWriter:
                 return seq
         self._settle_all(dead, self._unavailable())
         raise self._unavailable()
+
+    def _schedule_flush_locked(self) -> None:
+        """Loop mode: arm the loop's flush (from any thread); the writer thread takes over if the loop is gone."""
+        loop = self._loop
+        assert loop is not None
+        self._flush_scheduled = True
+        delay = self._limits.max_commit_delay_s
+        try:
+            if threading.get_ident() == self._loop_thread:
+                loop.call_later(delay, self._flush_on_loop)
+            else:
+                loop.call_soon_threadsafe(loop.call_later, delay, self._flush_on_loop)
+        except RuntimeError:  # the loop is closed: back to the writer thread for good
+            self._loop = None
+            self._flush_scheduled = False
+            self._cond.notify()
+
+    def _flush_on_loop(self) -> None:
+        """Loop mode: write what is pending, up to the first record that starts a new segment."""
+        with self._cond:
+            self._flush_scheduled = False
+            if self._handoff or not self._pending or self._failure is not None or self._state is not _OPEN:
+                return  # the writer thread has it (a hand-off, or close), or nothing is left
+        if not self._commit_lock.acquire(blocking=False):
+            with self._cond:  # the thread is writing (a rollover): it takes the rest as well
+                self._handoff = True
+                self._cond.notify()
+            return
+        try:
+            with self._cond:
+                pending, batch = self._pending, []
+                while pending and not pending[0][3]:
+                    batch.append(pending.popleft())
+                if pending:
+                    self._handoff = True
+                    self._cond.notify()
+            if batch:
+                self._commit(batch)
+        except BaseException as exc:  # an I/O error: the same end as in the writer thread
+            self._settle_all(self._fail(exc), self._unavailable())
+        finally:
+            self._commit_lock.release()
 
     async def wait_durable(self, seq: int, timeout_s: float | None = None) -> None:
         """Return once ``durable_watermark >= seq``; never blocks the event loop.
@@ -418,6 +498,7 @@ class WalWriter:
         with self._cond:
             out: dict[str, int | float] = {
                 "durable": int(self._durable),
+                "writes_on_loop": int(self._loop is not None),
                 "available": int(self._failure is None and self._state is _OPEN),
                 "bytes_on_disk": self._disk,
                 "bytes_reserved": self._projected,
@@ -457,41 +538,55 @@ class WalWriter:
     def _run(self) -> None:
         try:
             while True:
-                batch = self._take_batch()
-                if batch is None:
+                step = self._next_step()
+                if step is None:
                     break
-                if batch:
-                    self._commit(batch)
-                if self._refresh_wanted and time.monotonic() - self._last_refresh >= _REFRESH_INTERVAL_S:
-                    self._refresh_disk()
+                with self._commit_lock:
+                    batch = self._take_batch() if step else []
+                    if batch:
+                        self._commit(batch)
+                    with self._cond:
+                        if not self._pending:
+                            self._handoff = False
+                    if self._refresh_wanted and time.monotonic() - self._last_refresh >= _REFRESH_INTERVAL_S:
+                        self._refresh_disk()
         except BaseException as exc:  # an I/O error, or anything that kills the thread mid-batch
             self._settle_all(self._fail(exc), self._unavailable())
 
-    def _take_batch(self) -> list[_Pending] | None:
-        """Wait for a batch: full by records or bytes, or ``max_commit_delay_s`` after its first
-        append; ``[]`` when only a refresh is due; ``None`` once closing with nothing pending."""
+    def _next_step(self) -> bool | None:
+        """Wait for work: ``True`` when a batch is due (full by records or bytes, or
+        ``max_commit_delay_s`` after its first append), ``False`` when only a refresh is, ``None``
+        once closing with nothing pending. In loop mode the pending records are the loop's,
+        unless it handed them over or the writer is closing."""
         limits, pending = self._limits, self._pending
         with self._cond:
             while True:
                 if self._failure is not None or self._state is _CLOSED:
                     return None
-                if pending:
+                if pending and (self._loop is None or self._handoff or self._state is _CLOSING):
                     if (
                         self._state is _CLOSING
+                        or self._handoff
                         or len(pending) >= limits.max_batch_records
                         or self._pending_bytes >= limits.max_batch_bytes
                     ):
-                        break
+                        return True
                     delay = pending[0][2] + limits.max_commit_delay_s - time.perf_counter()
                     if delay <= 0:
-                        break
+                        return True
                     self._cond.wait(delay)
                 elif self._state is _CLOSING:
                     return None
                 elif self._refresh_wanted and time.monotonic() - self._last_refresh >= _REFRESH_INTERVAL_S:
-                    return []
+                    return False
                 else:
                     self._cond.wait(_IDLE_WAIT_S if not self._refresh_wanted else _REFRESH_INTERVAL_S)
+
+    def _take_batch(self) -> list[_Pending]:
+        """Take the next batch from ``_pending`` (with the commit lock held): at most
+        ``max_batch_records`` and ``max_batch_bytes``; empty if the loop took everything meanwhile."""
+        limits, pending = self._limits, self._pending
+        with self._cond:
             batch: list[_Pending] = []
             nbytes = 0
             while pending and len(batch) < limits.max_batch_records:

@@ -576,7 +576,9 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
         if runtime.governance_config.pricing.bucket:
             tasks.append(asyncio.ensure_future(runtime.watch_pricing()))
         if runtime.audit is not None:
-            runtime.audit.start()
+            # On Lambda the loop runs only during an invoke, and the extension ships at the
+            # invoke's end: the WAL must be written by then, so the writer thread keeps it.
+            runtime.audit.start(write_on_loop=not on_lambda)
         await runtime.warm()
         freeze_startup_heap(collect=not on_lambda)
         if not on_lambda:

@@ -1,0 +1,122 @@
+"""Loop mode (``WalWriter.write_on_loop``): bounded-async batches written by the event loop itself.
+
+The loop writes plain batches; a rollover (which fdatasyncs the sealed segment), close, and a
+loop that cannot take the commit lock hand the work to the writer thread. Either way the
+records reach the segments once each, in sequence order, and an I/O error on the loop ends the
+writer as it would on the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import errno
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.unit.audit.test_wal_fs import SMALL, Fault, FaultFs, async_wait_until, open_writer
+from tollway.audit.wal import WalReader, WalUnavailable
+
+
+class ThreadFs(FaultFs):
+    """``FaultFs`` that also records which thread made each call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[tuple[str, str, int]] = []
+
+    def _before(self, op: str, name: str) -> Fault | None:
+        self.threads.append((op, name, threading.get_ident()))
+        return super()._before(op, name)
+
+    def by(self, op: str, thread: int, since: int = 0) -> list[str]:
+        return [name for o, name, t in self.threads[since:] if o == op and t == thread]
+
+
+def sequences(directory: Path) -> list[int]:
+    reader = WalReader(directory)
+    return [r.sequence for r in reader.read(0, 10_000, 1 << 30)]
+
+
+async def test_the_loop_writes_the_batches_and_the_writer_thread_stays_asleep(tmp_path: Path) -> None:
+    fs = ThreadFs()
+    writer = open_writer(tmp_path, durable=False, fs=fs)
+    writer.write_on_loop(asyncio.get_running_loop())
+    loop_thread = threading.get_ident()
+    last = 0
+    for _ in range(20):
+        for n in range(5):
+            last = writer.append(b"event-%d" % n)
+        await asyncio.sleep(0.003)
+    await async_wait_until(lambda: writer.durable_watermark == last)
+    writes = [t for op, _, t in fs.threads if op == "write"]  # the first is open()'s header, on this thread too
+    assert len(writes) > 1 and set(writes) == {loop_thread}
+    assert writer.stats()["commits"] >= 2, "appends a few ms apart are separate batches"
+    writer.close()
+    assert sequences(tmp_path) == list(range(1, last + 1))
+
+
+async def test_a_rollover_goes_to_the_writer_thread_and_the_order_holds(tmp_path: Path) -> None:
+    fs = ThreadFs()
+    writer = open_writer(tmp_path, durable=False, fs=fs)  # 8 KiB segments
+    opened = len(fs.threads)  # open() synced the first segment's header on this thread
+    writer.write_on_loop(asyncio.get_running_loop())
+    loop_thread = threading.get_ident()
+    last = 0
+    for _ in range(40):
+        for _ in range(4):
+            last = writer.append(b"x" * 300)
+        await asyncio.sleep(0.002)
+    await async_wait_until(lambda: writer.durable_watermark == last)
+    assert writer.stats()["rollovers"] >= 2
+    # Sealing a segment fdatasyncs it: never on the loop. Plain batches: on the loop.
+    assert fs.by("fdatasync", loop_thread, since=opened) == []
+    assert fs.by("write", loop_thread, since=opened), "the loop wrote no batch at all"
+    writer.close()
+    assert sequences(tmp_path) == list(range(1, last + 1))
+
+
+async def test_close_writes_what_the_loop_had_not_written_yet(tmp_path: Path) -> None:
+    slow = dataclasses.replace(SMALL, max_commit_delay_s=30.0)  # the loop's flush would come much later
+    writer = open_writer(tmp_path, durable=False, limits=slow)
+    writer.write_on_loop(asyncio.get_running_loop())
+    last = 0
+    for n in range(10):
+        last = writer.append(b"pending-%d" % n)
+    assert writer.durable_watermark == 0
+    await asyncio.to_thread(writer.close)
+    assert sequences(tmp_path) == list(range(1, last + 1))
+    await asyncio.sleep(0)  # the loop's pending flush finds the writer closed and does nothing
+
+
+async def test_appends_from_another_thread_are_written_too(tmp_path: Path) -> None:
+    writer = open_writer(tmp_path, durable=False)
+    writer.write_on_loop(asyncio.get_running_loop())
+    seqs: list[int] = []
+    await asyncio.to_thread(lambda: seqs.extend(writer.append(b"from-a-thread") for _ in range(30)))
+    await async_wait_until(lambda: writer.durable_watermark == max(seqs))
+    writer.close()
+    assert sequences(tmp_path) == sorted(seqs) == list(range(1, 31))
+
+
+async def test_an_io_error_on_the_loop_makes_the_writer_unavailable(tmp_path: Path) -> None:
+    fs = FaultFs()
+    writer = open_writer(tmp_path, durable=False, fs=fs)
+    writer.write_on_loop(asyncio.get_running_loop())
+    fs.add(Fault("write", error=OSError(errno.EIO, "disk gone")))
+    writer.append(b"doomed")
+    await async_wait_until(lambda: writer.stats()["available"] == 0)
+    with pytest.raises(WalUnavailable):
+        writer.append(b"after")
+    writer.close()
+
+
+async def test_a_durable_writer_refuses_loop_mode(tmp_path: Path) -> None:
+    writer = open_writer(tmp_path, durable=True)
+    try:
+        with pytest.raises(ValueError, match="durable"):
+            writer.write_on_loop(asyncio.get_running_loop())
+    finally:
+        writer.close()
