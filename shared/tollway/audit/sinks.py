@@ -110,20 +110,27 @@ class UsageFanOut:
 
 _SQS_FORBIDDEN: Final = re.compile("[\ufffe\uffff]")
 """Characters valid in JSON strings but outside SQS's allowed set; UTF-8 text holds no others."""
+_SQS_FORBIDDEN_UTF8: Final = (b"\xef\xbf\xbe", b"\xef\xbf\xbf")
 
 
-def _sqs_body(body: bytes) -> str:
-    """The message as SQS text: a JSON-equivalent escape of the characters SQS refuses, so no
-    event can become a message that every retry sends back."""
-    return _SQS_FORBIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", body.decode())
+def _sqs_body(body: bytes) -> tuple[str, int]:
+    """The message as SQS text, and its size in bytes: a JSON-equivalent escape of the characters
+    SQS refuses, so no event can become a message that every retry sends back.
+
+    The bytes are searched first (a memchr-speed scan): the text is rescanned and re-encoded only
+    in the rare message that holds such a character."""
+    text = body.decode()
+    if not any(c in body for c in _SQS_FORBIDDEN_UTF8):
+        return text, len(body)
+    text = _SQS_FORBIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text, len(text.encode())
 
 
 def _sqs_chunks(batch: Sequence[bytes]) -> Iterator[list[str]]:
     """Split ``batch`` into SendMessageBatch calls: at most 10 entries and 256 KiB each."""
     chunk: list[str] = []
     size = 0
-    for text in map(_sqs_body, batch):
-        length = len(text.encode())
+    for text, length in map(_sqs_body, batch):
         if chunk and (len(chunk) == SQS_BATCH_ENTRIES or size + length > SQS_BATCH_BYTES):
             yield chunk
             chunk, size = [], 0
