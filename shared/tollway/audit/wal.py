@@ -314,6 +314,10 @@ class WalWriter:
             self._state = _CLOSED
             leftover, self._waiters = self._waiters, []
         self._settle_all(leftover, WalUnavailable("WAL writer closed"))
+        # Loop mode: a flush that took the last batch just before the thread saw nothing pending
+        # may still be writing it; the descriptors close only after it (the lock is held per write).
+        if self._commit_lock.acquire(timeout=timeout_s):
+            self._commit_lock.release()
         self._release()
         unregister_writer(self._dir, self)
 

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import errno
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,30 @@ async def test_a_durable_writer_refuses_loop_mode(tmp_path: Path) -> None:
             writer.write_on_loop(asyncio.get_running_loop())
     finally:
         writer.close()
+
+
+async def test_close_waits_for_the_batch_the_loop_is_writing(tmp_path: Path) -> None:
+    fs = FaultFs()
+    writer = open_writer(tmp_path, durable=False, fs=fs)
+    writer.write_on_loop(asyncio.get_running_loop())
+    gate = fs.add(Fault("write", gate=threading.Event()))  # holds the loop's batch write
+    closed = threading.Event()
+
+    def close_while_the_loop_writes() -> None:
+        assert gate.entered.wait(5)
+        closer = threading.Thread(target=lambda: (writer.close(), closed.set()))
+        closer.start()
+        # By now close() has seen nothing pending (the loop took it) and stopped the thread:
+        # without waiting for the loop's write it would close the descriptors under it.
+        time.sleep(0.2)
+        assert gate.gate is not None
+        gate.gate.set()
+        closer.join(5)
+
+    helper = threading.Thread(target=close_while_the_loop_writes)
+    helper.start()
+    writer.append(b"in flight")
+    await asyncio.sleep(0.05)  # the loop's flush runs, and blocks in the write until the helper opens it
+    helper.join(10)
+    assert closed.is_set()
+    assert sequences(tmp_path) == [1]
