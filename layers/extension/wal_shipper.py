@@ -22,8 +22,9 @@ until the sink accepted them, so a failed drain loses nothing while the volume l
 lives as long as the execution environment, an EFS path beyond it. On EFS, where every
 environment's directory is visible, the extension also adopts the directories of environments
 that are gone (nobody holds their locks, and nothing changed in them for
-``$TOLLWAY_AUDIT_ORPHAN_IDLE_S``, default 300 s): it ships them after an invoke's response and
-deletes them once everything is acknowledged.
+``$TOLLWAY_AUDIT_ORPHAN_IDLE_S``, default 300 s): it ships them after an invoke's response, for
+at most 2 s a pass, and deletes them once everything is acknowledged and nothing changed in them
+for ``$TOLLWAY_AUDIT_ORPHAN_RETIRE_S`` (default a day).
 
 Settings come from the environment only, so the extension needs neither the config file nor a
 parser: ``TOLLWAY_AUDIT_SINK`` (``sqs``, the default; ``kafka``; or ``none`` to idle),
@@ -50,7 +51,7 @@ from typing import Any, Final, Literal, cast
 
 from tollway.audit.shipper import Shipper
 from tollway.audit.sinks import AuditSink, KafkaSink, SinkUnavailable, SqsSink, UsageFanOut
-from tollway.audit.wal_dirs import ORPHAN_IDLE_S, ShipLock, lambda_directory_name, ship_orphans
+from tollway.audit.wal_dirs import ORPHAN_IDLE_S, ORPHAN_RETIRE_S, ShipLock, lambda_directory_name, ship_orphans
 
 __all__ = [
     "EXTENSION_NAME",
@@ -174,6 +175,7 @@ class ExtensionSettings:
     kafka_bootstrap: str = ""
     kafka_topic: str = "tollway-audit-events"
     orphan_idle_s: float = ORPHAN_IDLE_S
+    orphan_retire_s: float = ORPHAN_RETIRE_S
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ExtensionSettings:
@@ -189,15 +191,8 @@ class ExtensionSettings:
             problems.append("TOLLWAY_QUEUE_AUDIT is not set")
         if sink == "kafka" and not env.get("TOLLWAY_AUDIT_KAFKA_BOOTSTRAP"):
             problems.append("TOLLWAY_AUDIT_KAFKA_BOOTSTRAP is not set")
-        idle = env.get("TOLLWAY_AUDIT_ORPHAN_IDLE_S", "").strip()
-        orphan_idle_s = ORPHAN_IDLE_S
-        if idle:
-            try:
-                orphan_idle_s = float(idle)
-            except ValueError:
-                orphan_idle_s = -1.0
-            if not orphan_idle_s >= 0:  # also refuses nan
-                problems.append(f"TOLLWAY_AUDIT_ORPHAN_IDLE_S={idle!r} is not a number of seconds >= 0")
+        orphan_idle_s = _seconds(env, "TOLLWAY_AUDIT_ORPHAN_IDLE_S", ORPHAN_IDLE_S, problems)
+        orphan_retire_s = _seconds(env, "TOLLWAY_AUDIT_ORPHAN_RETIRE_S", ORPHAN_RETIRE_S, problems)
         if problems:
             raise ValueError("; ".join(problems))
         return cls(
@@ -209,6 +204,7 @@ class ExtensionSettings:
             kafka_bootstrap=env.get("TOLLWAY_AUDIT_KAFKA_BOOTSTRAP", ""),
             kafka_topic=env.get("TOLLWAY_AUDIT_KAFKA_TOPIC") or "tollway-audit-events",
             orphan_idle_s=orphan_idle_s,
+            orphan_retire_s=orphan_retire_s,
         )
 
     def build_sink(self, env: Mapping[str, str]) -> AuditSink | None:
@@ -221,6 +217,20 @@ class ExtensionSettings:
         if self.sink == "kafka":
             return KafkaSink(self.kafka_bootstrap, self.kafka_topic)
         return None
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float, problems: list[str]) -> float:
+    """``env[name]`` as a number of seconds >= 0, ``default`` when unset; a bad value is a problem."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        problems.append(f"{name}={raw!r} is not a number of seconds >= 0")
+    return value
 
 
 class WalDrainer:
@@ -241,6 +251,7 @@ class WalDrainer:
         *,
         orphan_scan_s: float = ORPHAN_SCAN_S,
         orphan_idle_s: float = ORPHAN_IDLE_S,
+        orphan_retire_s: float = ORPHAN_RETIRE_S,
     ) -> None:
         self._base = base
         self._sink = sink
@@ -249,6 +260,7 @@ class WalDrainer:
         self._shipper: Shipper | None = None
         self._orphan_scan_s = orphan_scan_s
         self._orphan_idle_s = orphan_idle_s
+        self._orphan_retire_s = orphan_retire_s
         self._next_orphan_scan = 0.0
         self._orphans_shipped = self._orphans_retired = 0
 
@@ -280,6 +292,7 @@ class WalDrainer:
                     batch_bytes=BATCH_BYTES,
                     deadline=deadline,
                     idle_s=self._orphan_idle_s,
+                    retire_after_s=self._orphan_retire_s,
                 )
                 shipped += count
                 self._orphans_shipped += count
@@ -377,7 +390,13 @@ def run(api: ExtensionsApi, env: Mapping[str, str]) -> int:
     drainer = None
     if sink is not None:
         own = lambda_directory_name()
-        drainer = WalDrainer(settings.wal_dir, sink, own, orphan_idle_s=settings.orphan_idle_s)
+        drainer = WalDrainer(
+            settings.wal_dir,
+            sink,
+            own,
+            orphan_idle_s=settings.orphan_idle_s,
+            orphan_retire_s=settings.orphan_retire_s,
+        )
         log.info("%s registered: sink %r, WAL %s", EXTENSION_NAME, sink, settings.wal_dir / own)
     done = None if drainer is None else _subscribe(api, env)
     misses = 0

@@ -163,7 +163,9 @@ def test_adopts_a_directory_no_worker_writes_ships_it_and_deletes_it(
     leftover = directory.parent / "worker-3"  # a worker index this one-worker gateway no longer starts
     writer = _open_writer(leftover)
     _append(writer, [f"left_{i}" for i in range(7)])
-    shipper = _ship(config, env, os.getpid(), "--orphan-idle-s", "0", "--orphan-scan-s", "0.2")
+    shipper = _ship(
+        config, env, os.getpid(), "--orphan-idle-s", "0", "--orphan-retire-s", "0", "--orphan-scan-s", "0.2"
+    )
     try:
         assert _wait(lambda: _acked(directory) == 20)
         time.sleep(1.0)

@@ -374,6 +374,7 @@ def test_the_extension_ships_after_each_invoke_and_drains_at_shutdown(
         "TOLLWAY_QUEUE_AUDIT": name,
         "TOLLWAY_AUDIT_SINK": "sqs",
         "TOLLWAY_AUDIT_ORPHAN_IDLE_S": "0",
+        "TOLLWAY_AUDIT_ORPHAN_RETIRE_S": "0",
     }
     log_path = tmp_path / "extension.log"
     proc = start_extension(env, log_path)

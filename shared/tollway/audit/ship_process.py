@@ -10,7 +10,7 @@ gateway 0.58 ms (SQS) to 1.3 ms (Kafka) of CPU per request at 500 RPS (docs/benc
   after a crash) never interleave acknowledgements; a locked directory is skipped and retried.
 - Orphans: once a minute it also adopts any other WAL directory under the root that no process
   writes or ships (a ``worker-<N>`` that a smaller ``--workers`` no longer starts), ships what it
-  holds and deletes it (:mod:`tollway.audit.wal_dirs`).
+  holds, for at most 2 s a pass, and deletes it a day later (:mod:`tollway.audit.wal_dirs`).
 - Parent death: when the gateway process (``--parent``, default the one that started it) is gone,
   it drains once more and exits, so a killed gateway leaves no shipper behind.
 - SIGTERM / SIGINT: a last drain within ``--stop-timeout``, then exit 0.
@@ -37,7 +37,7 @@ from tollway.audit.pipeline import build_sink, wal_root
 from tollway.audit.shipper import Shipper
 from tollway.audit.sinks import SinkUnavailable
 from tollway.audit.wal import WalError, WalReader
-from tollway.audit.wal_dirs import ORPHAN_IDLE_S, ShipLock, ship_orphans
+from tollway.audit.wal_dirs import ORPHAN_IDLE_S, ORPHAN_RETIRE_S, ShipLock, ship_orphans
 
 __all__ = ["main"]
 
@@ -100,9 +100,9 @@ def _alive(pid: int) -> bool:
 
 
 def _ship_orphans(
-    root: Path, dirs: list[_Directory], sink: Any, batch_records: int, batch_bytes: int, idle_s: float
+    root: Path, dirs: list[_Directory], sink: Any, batch_records: int, batch_bytes: int, idle_s: float, retire_s: float
 ) -> bool:
-    """One orphan pass; False if the sink failed."""
+    """One orphan pass; False if the sink failed. Nothing an orphan does may end the ship process."""
     try:
         ship_orphans(
             root,
@@ -111,10 +111,13 @@ def _ship_orphans(
             batch_records=batch_records,
             batch_bytes=batch_bytes,
             idle_s=idle_s,
+            retire_after_s=retire_s,
         )
     except SinkUnavailable as exc:
         log.warning("audit shipper (orphans): %s", type(exc).__name__)
         return False
+    except Exception:
+        log.exception("audit shipper: the orphan pass failed")
     return True
 
 
@@ -127,6 +130,7 @@ def run(
     stop_timeout_s: float = 10.0,
     orphan_scan_s: float = ORPHAN_SCAN_S,
     orphan_idle_s: float = ORPHAN_IDLE_S,
+    orphan_retire_s: float = ORPHAN_RETIRE_S,
 ) -> int:
     from tollway.config.loader import load_config
 
@@ -148,7 +152,7 @@ def run(
             ok = _drain_all(dirs)
             if ok and time.monotonic() >= next_orphan_scan:
                 next_orphan_scan = time.monotonic() + orphan_scan_s
-                ok = _ship_orphans(root, dirs, sink, batch_records, batch_bytes, orphan_idle_s)
+                ok = _ship_orphans(root, dirs, sink, batch_records, batch_bytes, orphan_idle_s, orphan_retire_s)
             if ok:
                 backoff = 0.0
                 wait = interval
@@ -175,6 +179,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="adopt another WAL directory once it has been unchanged this long (seconds)",
     )
     parser.add_argument(
+        "--orphan-retire-s",
+        type=float,
+        default=ORPHAN_RETIRE_S,
+        help="delete an adopted, fully shipped directory once it has been unchanged this long (seconds)",
+    )
+    parser.add_argument(
         "--orphan-scan-s", type=float, default=ORPHAN_SCAN_S, help="how often to look for such directories (seconds)"
     )
     parser.add_argument("--nice", type=int, default=10, help="lower this process's CPU priority by this much (0: not)")
@@ -199,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop=stop,
         orphan_scan_s=max(0.1, args.orphan_scan_s),
         orphan_idle_s=max(0.0, args.orphan_idle_s),
+        orphan_retire_s=max(0.0, args.orphan_retire_s),
     )
 
 

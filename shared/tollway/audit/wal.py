@@ -310,14 +310,22 @@ class WalWriter:
                 stuck = WalUnavailable(f"the WAL writer did not stop within {timeout_s}s")
                 self._settle_all(self._fail(stuck), self._unavailable())
                 raise stuck
+        # Loop mode: a flush that took the last batch just before the thread saw nothing pending
+        # may still be writing it (the commit lock is held per write). Its waiters are settled by
+        # that write, and the descriptors close only after it.
+        flushed = self._commit_lock.acquire(timeout=timeout_s)
+        if flushed:
+            self._commit_lock.release()
         with self._cond:
             self._state = _CLOSED
             leftover, self._waiters = self._waiters, []
         self._settle_all(leftover, WalUnavailable("WAL writer closed"))
-        # Loop mode: a flush that took the last batch just before the thread saw nothing pending
-        # may still be writing it; the descriptors close only after it (the lock is held per write).
-        if self._commit_lock.acquire(timeout=timeout_s):
-            self._commit_lock.release()
+        if not flushed:
+            # Closing the segment under a write could hand its descriptor number to another
+            # open(): leak the descriptors instead, and fail the writer for good.
+            stuck = WalUnavailable(f"a WAL write on the event loop did not finish within {timeout_s}s")
+            self._settle_all(self._fail(stuck), self._unavailable())
+            raise stuck
         self._release()
         unregister_writer(self._dir, self)
 
@@ -405,7 +413,9 @@ class WalWriter:
                 pending.append((seq, payload, time.perf_counter(), rolls))
                 self._pending_bytes += size
                 if self._loop is not None:
-                    if not self._flush_scheduled and not self._handoff:
+                    if self._handoff:
+                        self._cond.notify()  # the thread has the records until nothing is pending
+                    elif not self._flush_scheduled:
                         self._schedule_flush_locked()
                     return seq
                 if (
@@ -447,15 +457,22 @@ class WalWriter:
             return
         try:
             with self._cond:
-                pending, batch = self._pending, []
-                while pending and not pending[0][3]:
+                pending, nbytes = self._pending, 0
+                batch: list[_Pending] = []
+                limit = self._limits.max_batch_bytes
+                while pending and not pending[0][3] and (not batch or nbytes + len(pending[0][1]) <= limit):
+                    nbytes += len(pending[0][1]) + RECORD_OVERHEAD
                     batch.append(pending.popleft())
-                if pending:
-                    self._handoff = True
+                if pending and pending[0][3]:
+                    self._handoff = True  # a new segment: sealing the current one fdatasyncs it
                     self._cond.notify()
+                elif pending:  # more than one batch's bytes (the loop was busy): the rest next turn
+                    self._flush_scheduled = True
+                    assert self._loop is not None
+                    self._loop.call_soon(self._flush_on_loop)
             if batch:
                 self._commit(batch)
-        except BaseException as exc:  # an I/O error: the same end as in the writer thread
+        except Exception as exc:  # an I/O error: the same end as in the writer thread
             self._settle_all(self._fail(exc), self._unavailable())
         finally:
             self._commit_lock.release()

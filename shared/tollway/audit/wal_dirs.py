@@ -19,8 +19,15 @@ orphans (:func:`claim_orphan`), so those records are delivered too:
    as long as they run; the adopter holds both until it lets go;
 2. recover: the writer's own recovery (a torn tail is cut; corruption in the middle is left for an
    operator, :class:`~tollway.audit.wal_format.WalCorrupt`);
-3. drain with a :class:`~tollway.audit.shipper.Shipper`, then :meth:`OrphanWal.retire`: once the
-   acknowledgement checkpoint covers the last record, the files and the directory are deleted.
+3. drain with a :class:`~tollway.audit.shipper.Shipper`, for at most ``ORPHAN_PASS_S`` a pass (the
+   next pass resumes from the checkpoint), then :meth:`OrphanWal.retire`: once the checkpoint
+   covers the last record *and* the directory has been idle for ``ORPHAN_RETIRE_S`` (a day), its
+   WAL files and the directory are deleted. Shipping early and deleting late: on EFS a frozen
+   environment's locks may lapse while it sleeps; its records are then shipped twice at worst
+   (the store is idempotent), but its files stay until it is surely gone.
+
+Only real directories that hold WAL files (``wal.lock``, a segment or a checkpoint) are adopted,
+never a symlink, and only WAL file names are ever deleted.
 
 Standard library only: the Lambda extension imports this.
 """
@@ -51,6 +58,8 @@ from tollway.audit.wal_recovery import recover
 __all__ = [
     "ENVIRONMENT_ID_FILE",
     "ORPHAN_IDLE_S",
+    "ORPHAN_PASS_S",
+    "ORPHAN_RETIRE_S",
     "SHIP_LOCK_FILE",
     "OrphanWal",
     "ShipLock",
@@ -69,8 +78,13 @@ SHIP_LOCK_FILE: Final = "ship.lock"
 ORPHAN_IDLE_S: Final = 300.0
 """How long a directory must have been unchanged before a shipper adopts it: beyond the seconds a
 process restart takes, so the locks are never the only thing standing between two shippers."""
+ORPHAN_RETIRE_S: Final = 24 * 3600.0
+"""How long an adopted, fully shipped directory must have been unchanged before it is deleted."""
+ORPHAN_PASS_S: Final = 2.0
+"""The most one orphan pass ships for, so the live directories are drained again soon."""
 
 _DIRECTORY: Final = re.compile(r"(worker-\d+|env-[0-9a-f]{32})")
+_WAL_FILE: Final = re.compile(r"wal-\d{20}\.seg|ack\.ckpt(\.tmp)?|wal\.lock|ship\.lock")
 _ID: Final = re.compile(r"[0-9a-f]{32}")
 
 
@@ -82,6 +96,17 @@ def environment_id(scratch: Path | None = None) -> str:
     same id, and neither can read a half-written one.
     """
     path = (scratch or Path(tempfile.gettempdir())) / ENVIRONMENT_ID_FILE
+    # One process at a time reads, repairs or makes the id: without the lock, two processes that
+    # both found a damaged file could each replace it and go on with different ids.
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return _settle_environment_id(path)
+    finally:
+        os.close(fd)
+
+
+def _settle_environment_id(path: Path) -> str:
     for _ in range(3):
         try:
             text = path.read_text().strip()
@@ -124,7 +149,11 @@ def wal_directories(root: Path) -> list[Path]:
         names = sorted(os.listdir(root))
     except FileNotFoundError:
         return []
-    return [root / name for name in names if _DIRECTORY.fullmatch(name) and (root / name).is_dir()]
+    return [
+        root / name
+        for name in names
+        if _DIRECTORY.fullmatch(name) and not (root / name).is_symlink() and (root / name).is_dir()
+    ]
 
 
 class ShipLock:
@@ -143,14 +172,18 @@ class ShipLock:
         if self._file is not None:
             return True
         try:
-            lock = (self.directory / SHIP_LOCK_FILE).open("ab")
+            fd = os.open(self.directory / SHIP_LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         except FileNotFoundError:
             return False
+        lock = os.fdopen(fd, "ab")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             lock.close()
             return False
+        except BaseException:
+            lock.close()
+            raise
         self._file = lock
         return True
 
@@ -163,8 +196,12 @@ class ShipLock:
 class OrphanWal:
     """A WAL directory whose writer and shipper are gone, held by this process until released."""
 
-    def __init__(self, path: Path, fs: WalFileSystem, ship: ShipLock, wal_lock_fd: int, last_sequence: int) -> None:
+    def __init__(
+        self, path: Path, fs: WalFileSystem, ship: ShipLock, wal_lock_fd: int, last_sequence: int, idle_s: float
+    ) -> None:
         self.path = path
+        self.idle_s = idle_s
+        """How long nothing in the directory had changed when it was claimed."""
         self.last_sequence = last_sequence
         """The highest sequence the directory held when it was claimed (nothing appends after)."""
         self._fs = fs
@@ -174,18 +211,21 @@ class OrphanWal:
     def reader(self) -> WalReader:
         return WalReader(self.path, fs=self._fs)
 
-    def retire(self) -> bool:
-        """Delete the directory if its checkpoint covers every record; whether it was deleted."""
-        if self.reader().acked < self.last_sequence:
+    def retire(self, after_idle_s: float = ORPHAN_RETIRE_S) -> bool:
+        """Delete the directory if its checkpoint covers every record and it had been idle for
+        ``after_idle_s`` when claimed; whether it was deleted. Only WAL files are deleted: a
+        directory that also holds anything else is emptied of them and left."""
+        if self.idle_s < after_idle_s or self.reader().acked < self.last_sequence:
             return False
         for name in os.listdir(self.path):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path / name)
+            if _WAL_FILE.fullmatch(name):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path / name)
         self.release()
         try:
             os.rmdir(self.path)
         except OSError:
-            return False  # someone created a file meanwhile (another adopter's lock): it retires it
+            return False  # something else is in it, or another adopter's lock appeared meanwhile
         with contextlib.suppress(OSError):
             self._fs.fsync_dir(self.path.parent)
         return True
@@ -204,6 +244,10 @@ class OrphanWal:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.release()
+
+
+def _holds_a_wal(path: Path) -> bool:
+    return any(_WAL_FILE.fullmatch(name) for name in os.listdir(path))
 
 
 def _idle_for(path: Path, now: float) -> float:
@@ -225,9 +269,12 @@ def claim_orphan(
     """
     fs = fs or OsFileSystem()
     try:
-        if idle_s > 0 and _idle_for(path, time.time() if now is None else now) < idle_s:
+        if path.is_symlink() or not path.is_dir() or not _holds_a_wal(path):
             return None
+        idle = _idle_for(path, time.time() if now is None else now)
     except FileNotFoundError:
+        return None
+    if idle < idle_s:
         return None
     ship = ShipLock(path)
     if not ship.acquire():
@@ -247,7 +294,7 @@ def claim_orphan(
             fs.close(wal_lock)
         ship.release()
         raise
-    return OrphanWal(path, fs, ship, wal_lock, report.last_sequence)
+    return OrphanWal(path, fs, ship, wal_lock, report.last_sequence, idle)
 
 
 def ship_orphans(
@@ -259,14 +306,20 @@ def ship_orphans(
     batch_bytes: int,
     deadline: float | None = None,
     idle_s: float = ORPHAN_IDLE_S,
+    retire_after_s: float = ORPHAN_RETIRE_S,
+    budget_s: float = ORPHAN_PASS_S,
 ) -> tuple[int, int]:
     """Adopt, drain and retire every orphan under ``root`` but ``own``; (records shipped, directories retired).
 
-    Stops at the ``time.monotonic()`` ``deadline`` (an orphan not drained by then is let go, and
-    the next pass resumes from its checkpoint) and at the first sink failure, which it raises
-    (:class:`~tollway.audit.sinks.SinkUnavailable`). A damaged orphan is logged and left alone.
+    Stops after ``budget_s`` or at the ``time.monotonic()`` ``deadline``, whichever comes first
+    (an orphan not drained by then is let go, and the next pass resumes from its checkpoint), and
+    at the first sink failure, which it raises (:class:`~tollway.audit.sinks.SinkUnavailable`).
+    Any other failure with one orphan (damage, a file it cannot read or delete) is logged and
+    that orphan left alone.
     """
     shipped = retired = 0
+    stop = time.monotonic() + budget_s
+    deadline = stop if deadline is None else min(deadline, stop)
     mine = {p.resolve() for p in own}
     for path in wal_directories(root):
         if path.resolve() in mine:
@@ -292,15 +345,16 @@ def ship_orphans(
             )
             try:
                 count = shipper.drain_once(deadline)
+                shipped += count
+                done = orphan.retire(retire_after_s)
             except SinkUnavailable:
                 raise
-            except (WalError, OSError) as exc:
-                log.warning("audit WAL %s (adopted) could not be read: %s", path.name, type(exc).__name__)
+            except Exception as exc:
+                log.warning("audit WAL %s (adopted) failed: %s", path.name, type(exc).__name__)
                 continue
-            shipped += count
-            if orphan.retire():
+            if done:
                 retired += 1
                 log.info("audit WAL %s adopted: %d records shipped, directory retired", path.name, count)
             elif count:
-                log.info("audit WAL %s adopted: %d records shipped so far", path.name, count)
+                log.info("audit WAL %s adopted: %d records shipped", path.name, count)
     return shipped, retired

@@ -158,7 +158,7 @@ def test_the_own_wal_ships_and_orphans_are_adopted_unless_someone_holds_them(tmp
     (tmp_path / ENV_BROKEN / "wal-00000000000000000001.seg").write_bytes(b"not a WAL segment" * 4)
     (tmp_path / "other").mkdir()
     sink = MemorySink()
-    drainer = WalDrainer(tmp_path, sink, ENV_OWN, orphan_idle_s=0.0)
+    drainer = WalDrainer(tmp_path, sink, ENV_OWN, orphan_idle_s=0.0, orphan_retire_s=0.0)
     try:
         assert drainer.drain(time.monotonic() + 10) == 5
     finally:
@@ -175,7 +175,7 @@ def test_the_own_wal_ships_and_orphans_are_adopted_unless_someone_holds_them(tmp
 def test_orphans_wait_for_the_scan_interval_and_for_their_idle_time(tmp_path: Path) -> None:
     fill(tmp_path / ENV_OWN, "own", 1)
     sink = MemorySink()
-    drainer = WalDrainer(tmp_path, sink, ENV_OWN, orphan_scan_s=3600, orphan_idle_s=0.0)
+    drainer = WalDrainer(tmp_path, sink, ENV_OWN, orphan_scan_s=3600, orphan_idle_s=0.0, orphan_retire_s=0.0)
     assert drainer.drain(time.monotonic() + 10) == 1
     fill(tmp_path / ENV_LATE, "late", 2)
     assert drainer.drain(time.monotonic() + 10) == 0  # scanned a moment ago: not before the interval
@@ -192,14 +192,14 @@ def test_another_extensions_ship_lock_keeps_its_directory_from_adoption(tmp_path
     theirs.drain(time.monotonic() + 10, orphans=False)  # holds env-theirs's ship.lock from now on
     fill(tmp_path / ENV_THEIRS, "more", 1)
     sink = MemorySink()
-    mine = WalDrainer(tmp_path, sink, ENV_MINE, orphan_idle_s=0.0)
+    mine = WalDrainer(tmp_path, sink, ENV_MINE, orphan_idle_s=0.0, orphan_retire_s=0.0)
     try:
         assert mine.drain(time.monotonic() + 10) == 0
         assert sink.events == [] and (tmp_path / ENV_THEIRS).is_dir()
     finally:
         theirs.close()
     assert mine.drain(time.monotonic() + 10) == 0  # the scan interval has not passed
-    again = WalDrainer(tmp_path, sink, ENV_MINE, orphan_idle_s=0.0)
+    again = WalDrainer(tmp_path, sink, ENV_MINE, orphan_idle_s=0.0, orphan_retire_s=0.0)
     assert again.drain(time.monotonic() + 10) == 1
     assert [e["eventId"] for e in sink.events] == ["more-0"]
     assert not (tmp_path / ENV_THEIRS).exists()
@@ -209,7 +209,7 @@ def test_an_unavailable_sink_leaves_every_record_in_the_wal(tmp_path: Path) -> N
     fill(tmp_path / ENV_OWN, "a", 3)
     fill(tmp_path / ENV_GONE, "b", 2)
     sink = MemorySink(fail=True)
-    drainer = WalDrainer(tmp_path, sink, ENV_OWN, orphan_scan_s=0.0, orphan_idle_s=0.0)
+    drainer = WalDrainer(tmp_path, sink, ENV_OWN, orphan_scan_s=0.0, orphan_idle_s=0.0, orphan_retire_s=0.0)
     assert drainer.drain(time.monotonic() + 10) == 0
     assert WalReader(tmp_path / ENV_OWN).acked == 0
     assert WalReader(tmp_path / ENV_GONE).acked == 0

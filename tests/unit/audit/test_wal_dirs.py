@@ -16,12 +16,22 @@ from tollway.audit.wal_dirs import (
     ShipLock,
     claim_orphan,
     environment_id,
+    ship_orphans,
     wal_directories,
     wal_directory_name,
 )
 from tollway.audit.wal_format import WalCorrupt
 
 LIMITS = WalLimits(max_bytes=4 << 20, segment_bytes=256 << 10, max_record_bytes=64 << 10)
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.events: list[dict[str, object]] = []
+
+    def send(self, batch: list[bytes]) -> None:
+        for body in batch:
+            self.events.extend(json.loads(body)["events"])
 
 
 def fill(directory: Path, count: int, *, close: bool = True) -> WalWriter:
@@ -47,7 +57,8 @@ def test_the_environment_id_is_made_once_and_shared_by_every_process(tmp_path: P
         t.join()
     assert len(set(ids)) == 1 and len(ids[0]) == 32
     assert (tmp_path / ENVIRONMENT_ID_FILE).read_text() == ids[0]
-    assert [p.name for p in tmp_path.iterdir()] == [ENVIRONMENT_ID_FILE]  # no drafts left behind
+    # No drafts left behind; the lock file serializes the processes that read or make the id.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [ENVIRONMENT_ID_FILE, ENVIRONMENT_ID_FILE + ".lock"]
 
 
 def test_a_damaged_environment_id_is_replaced(tmp_path: Path) -> None:
@@ -118,10 +129,49 @@ def test_retire_waits_for_the_checkpoint_then_deletes_everything(tmp_path: Path)
     reader = orphan.reader()
     assert [r.sequence for r in reader.read(reader.acked, 10, 1 << 20)] == [1, 2, 3]
     reader.acknowledge(2)
-    assert not orphan.retire() and (tmp_path / "w").is_dir()
+    assert not orphan.retire(after_idle_s=0) and (tmp_path / "w").is_dir()
     reader.acknowledge(3)
-    assert orphan.retire()
+    assert not orphan.retire(), "claimed a moment after its last change: kept for a day"
+    assert orphan.retire(after_idle_s=0)
     assert not (tmp_path / "w").exists()
+
+
+def test_only_real_directories_holding_a_wal_are_adopted_and_only_wal_files_deleted(tmp_path: Path) -> None:
+    (tmp_path / "worker-1").mkdir()
+    (tmp_path / "worker-1" / "notes.txt").write_text("not a WAL")
+    assert claim_orphan(tmp_path / "worker-1", idle_s=0) is None
+    fill(tmp_path / "target", 1)
+    (tmp_path / "worker-2").symlink_to(tmp_path / "target")
+    assert claim_orphan(tmp_path / "worker-2", idle_s=0) is None
+    assert [p.name for p in wal_directories(tmp_path)] == ["worker-1"]
+
+    fill(tmp_path / "worker-3", 1)
+    (tmp_path / "worker-3" / "notes.txt").write_text("someone else's")
+    with claim_orphan(tmp_path / "worker-3", idle_s=0) as orphan:  # type: ignore[union-attr]
+        reader = orphan.reader()
+        reader.acknowledge(1)
+        assert not orphan.retire(after_idle_s=0), "a directory that holds more than a WAL is not removed"
+    assert sorted(os.listdir(tmp_path / "worker-3")) == ["notes.txt"]
+
+
+def test_one_failing_orphan_does_not_stop_the_pass(tmp_path: Path) -> None:
+    fill(tmp_path / "worker-1", 2)
+    (tmp_path / "worker-1" / "ack.ckpt.tmp").mkdir()  # its checkpoint cannot be written: the drain fails
+    fill(tmp_path / "worker-2", 3)
+    sink = ListSink()
+    shipped, retired = ship_orphans(
+        tmp_path, sink, own=[], batch_records=64, batch_bytes=1 << 20, idle_s=0, retire_after_s=0
+    )
+    assert (shipped, retired) == (3, 1)
+    assert len(sink.events) == 5  # worker-1's were sent but not acknowledged: sent again next pass
+    assert (tmp_path / "worker-1").is_dir() and not (tmp_path / "worker-2").exists()
+
+
+def test_an_orphan_pass_stops_at_its_budget(tmp_path: Path) -> None:
+    fill(tmp_path / "worker-1", 2)
+    sink = ListSink()
+    assert ship_orphans(tmp_path, sink, own=[], batch_records=64, batch_bytes=1 << 20, idle_s=0, budget_s=0) == (0, 0)
+    assert sink.events == []
 
 
 def test_adoption_cuts_a_torn_tail_like_the_writers_recovery(tmp_path: Path) -> None:

@@ -148,3 +148,21 @@ async def test_close_waits_for_the_batch_the_loop_is_writing(tmp_path: Path) -> 
     helper.join(10)
     assert closed.is_set()
     assert sequences(tmp_path) == [1]
+
+
+async def test_a_backlog_is_written_in_batches_of_at_most_max_batch_bytes(tmp_path: Path) -> None:
+    limits = dataclasses.replace(
+        SMALL, max_bytes=4 << 20, segment_bytes=1 << 20, max_record_bytes=2048, max_batch_bytes=16 << 10
+    )
+    fs = FaultFs()
+    writer = open_writer(tmp_path, durable=False, limits=limits, fs=fs)
+    writer.write_on_loop(asyncio.get_running_loop())
+    writes_at_open = len(fs.ops("write"))
+    last = 0
+    for _ in range(100):  # ~100 KiB appended while the loop is busy with this coroutine
+        last = writer.append(b"r" * 1000)
+    await async_wait_until(lambda: writer.durable_watermark == last)
+    batch_writes = len(fs.ops("write")) - writes_at_open
+    assert batch_writes >= 100 * 1000 // (16 << 10), "one write per batch of at most max_batch_bytes"
+    writer.close()
+    assert sequences(tmp_path) == list(range(1, last + 1))
