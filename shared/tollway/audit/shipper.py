@@ -111,9 +111,10 @@ def _messages(payloads: Sequence[bytes]) -> list[bytes]:
     return messages
 
 
-def _pack(records: Sequence[WalRecordView]) -> tuple[list[bytes], list[bytes], int, list[int]]:
-    """The messages, the usage queue's messages (``request_finished`` events only), the events
-    shipped, and the sequences left out (not a UTF-8 JSON object, or too large for a message)."""
+def _pack(records: Sequence[WalRecordView], *, usage: bool) -> tuple[list[bytes], list[bytes], int, list[int]]:
+    """The messages, the usage queue's messages (``request_finished`` events only; none without
+    ``usage``), the events shipped, and the sequences left out (not a UTF-8 JSON object, or too
+    large for a message)."""
     shipped: list[bytes] = []
     finished: list[bytes] = []
     rejected: list[int] = []
@@ -124,7 +125,7 @@ def _pack(records: Sequence[WalRecordView]) -> tuple[list[bytes], list[bytes], i
             rejected.append(record.sequence)
             continue
         shipped.append(payload)
-        if kind == "request_finished":
+        if usage and kind == "request_finished":
             finished.append(payload)
     return _messages(shipped), _messages(finished), len(shipped), rejected
 
@@ -208,10 +209,11 @@ class Shipper:
                 return shipped
             last = records[-1].sequence
             self._seen = last if self._seen is None else max(self._seen, last)
-            messages, usage, events, rejected = _pack(records)
+            fan_out = self._sink if isinstance(self._sink, UsageFanOut) else None
+            messages, usage, events, rejected = _pack(records, usage=fan_out is not None)
             if messages:
-                if isinstance(self._sink, UsageFanOut):
-                    self._sink.send_split(messages, usage)
+                if fan_out is not None:
+                    fan_out.send_split(messages, usage)
                 else:
                     self._sink.send(messages)
             self._reader.acknowledge(last)
