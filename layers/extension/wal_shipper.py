@@ -263,6 +263,7 @@ class WalDrainer:
         self._orphan_retire_s = orphan_retire_s
         self._next_orphan_scan = 0.0
         self._orphans_shipped = self._orphans_retired = 0
+        self._drained_orphans: dict[Path, float] = {}
 
     def drain(self, deadline: float, *, orphans: bool = True) -> int:
         """Ship what the WAL holds until ``deadline`` (monotonic), then orphans if one is due and
@@ -293,6 +294,7 @@ class WalDrainer:
                     deadline=deadline,
                     idle_s=self._orphan_idle_s,
                     retire_after_s=self._orphan_retire_s,
+                    drained=self._drained_orphans,
                 )
                 shipped += count
                 self._orphans_shipped += count

@@ -100,7 +100,14 @@ def _alive(pid: int) -> bool:
 
 
 def _ship_orphans(
-    root: Path, dirs: list[_Directory], sink: Any, batch_records: int, batch_bytes: int, idle_s: float, retire_s: float
+    root: Path,
+    dirs: list[_Directory],
+    sink: Any,
+    batch_records: int,
+    batch_bytes: int,
+    idle_s: float,
+    retire_s: float,
+    drained: dict[Path, float],
 ) -> bool:
     """One orphan pass; False if the sink failed. Nothing an orphan does may end the ship process."""
     try:
@@ -112,6 +119,7 @@ def _ship_orphans(
             batch_bytes=batch_bytes,
             idle_s=idle_s,
             retire_after_s=retire_s,
+            drained=drained,
         )
     except SinkUnavailable as exc:
         log.warning("audit shipper (orphans): %s", type(exc).__name__)
@@ -144,6 +152,7 @@ def run(
     interval = cfg.sink.flushIntervalMs / 1000
     backoff = 0.0
     next_orphan_scan = time.monotonic()
+    drained: dict[Path, float] = {}
     try:
         while not stop.is_set():
             if not _alive(parent):
@@ -152,7 +161,9 @@ def run(
             ok = _drain_all(dirs)
             if ok and time.monotonic() >= next_orphan_scan:
                 next_orphan_scan = time.monotonic() + orphan_scan_s
-                ok = _ship_orphans(root, dirs, sink, batch_records, batch_bytes, orphan_idle_s, orphan_retire_s)
+                ok = _ship_orphans(
+                    root, dirs, sink, batch_records, batch_bytes, orphan_idle_s, orphan_retire_s, drained
+                )
             if ok:
                 backoff = 0.0
                 wait = interval

@@ -250,13 +250,18 @@ def _holds_a_wal(path: Path) -> bool:
     return any(_WAL_FILE.fullmatch(name) for name in os.listdir(path))
 
 
-def _idle_for(path: Path, now: float) -> float:
-    """Seconds since anything in ``path`` (or the directory itself) last changed."""
+def _newest_change(path: Path) -> float:
+    """When anything in ``path`` (or the directory itself) last changed (epoch seconds)."""
     newest = path.stat().st_mtime
     for name in os.listdir(path):
         with contextlib.suppress(FileNotFoundError):
             newest = max(newest, (path / name).stat().st_mtime)
-    return now - newest
+    return newest
+
+
+def _idle_for(path: Path, now: float) -> float:
+    """Seconds since anything in ``path`` (or the directory itself) last changed."""
+    return now - _newest_change(path)
 
 
 def claim_orphan(
@@ -308,6 +313,7 @@ def ship_orphans(
     idle_s: float = ORPHAN_IDLE_S,
     retire_after_s: float = ORPHAN_RETIRE_S,
     budget_s: float = ORPHAN_PASS_S,
+    drained: dict[Path, float] | None = None,
 ) -> tuple[int, int]:
     """Adopt, drain and retire every orphan under ``root`` but ``own``; (records shipped, directories retired).
 
@@ -316,6 +322,10 @@ def ship_orphans(
     at the first sink failure, which it raises (:class:`~tollway.audit.sinks.SinkUnavailable`).
     Any other failure with one orphan (damage, a file it cannot read or delete) is logged and
     that orphan left alone.
+
+    ``drained``, kept by the caller from pass to pass, remembers orphans shipped to the end and
+    when they last changed: until one changes or is due for deletion it is not claimed again,
+    since a claim reads every segment (up to ``segmentBytes``, on EFS too).
     """
     shipped = retired = 0
     stop = time.monotonic() + budget_s
@@ -326,6 +336,14 @@ def ship_orphans(
             continue
         if deadline is not None and time.monotonic() >= deadline:
             break
+        if drained is not None and path in drained:
+            try:
+                changed = _newest_change(path)
+            except FileNotFoundError:
+                del drained[path]
+                continue
+            if changed == drained[path] and time.time() - changed < retire_after_s:
+                continue  # shipped to the end already, and not due for deletion yet
         try:
             orphan = claim_orphan(path, idle_s=idle_s)
         except (WalError, OSError) as exc:
@@ -354,7 +372,13 @@ def ship_orphans(
                 continue
             if done:
                 retired += 1
+                if drained is not None:
+                    drained.pop(path, None)
                 log.info("audit WAL %s adopted: %d records shipped, directory retired", path.name, count)
-            elif count:
+                continue
+            if count:
                 log.info("audit WAL %s adopted: %d records shipped", path.name, count)
+            if drained is not None and orphan.reader().acked >= orphan.last_sequence:
+                with contextlib.suppress(OSError):
+                    drained[path] = _newest_change(path)
     return shipped, retired

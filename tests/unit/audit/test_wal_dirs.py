@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tollway.audit import wal_dirs
 from tollway.audit.wal import WalLimits, WalWriter
 from tollway.audit.wal_dirs import (
     ENVIRONMENT_ID_FILE,
@@ -194,3 +195,26 @@ def test_a_corrupt_orphan_raises_and_lets_go_of_its_locks(tmp_path: Path) -> Non
     assert after.acquire()
     after.release()
     assert sorted(os.listdir(tmp_path / "w")) == ["ship.lock", "wal-00000000000000000001.seg", "wal.lock"]
+
+
+def test_a_drained_orphan_is_not_claimed_again_until_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claims: list[Path] = []
+    real_recover = wal_dirs.recover
+    monkeypatch.setattr(wal_dirs, "recover", lambda fs, path: claims.append(path) or real_recover(fs, path))
+    fill(tmp_path / "worker-1", 2)
+    sink, drained = ListSink(), {}
+    common = {"own": [], "batch_records": 64, "batch_bytes": 1 << 20, "idle_s": 0, "drained": drained}
+
+    assert ship_orphans(tmp_path, sink, retire_after_s=3600, **common) == (2, 0)  # type: ignore[arg-type]
+    assert ship_orphans(tmp_path, sink, retire_after_s=3600, **common) == (0, 0)  # type: ignore[arg-type]
+    assert len(claims) == 1, "a shipped-out orphan was read again (a claim recovers every segment)"
+
+    time.sleep(0.01)
+    fill(tmp_path / "worker-1", 1)  # it changed (say, a frozen environment woke up and wrote)
+    assert ship_orphans(tmp_path, sink, retire_after_s=3600, **common) == (1, 0)  # type: ignore[arg-type]
+    assert len(claims) == 2
+    assert ship_orphans(tmp_path, sink, retire_after_s=0, **common) == (0, 1)  # type: ignore[arg-type]
+    assert drained == {} and not (tmp_path / "worker-1").exists()
+    assert [e["eventId"] for e in sink.events] == ["e-0", "e-1", "e-0"]
