@@ -156,6 +156,8 @@ class Shipper:
             raise ValueError("idle_s must be >= 0 and max_backoff_s > 0")
         self._reader = reader
         self._sink = sink
+        self._fan_out = sink if isinstance(sink, UsageFanOut) else None
+        """The sink, when it also feeds the usage queue: the shipper then packs that share itself."""
         self._batch_records = batch_records
         self._batch_bytes = batch_bytes
         self._idle_s = idle_s
@@ -209,7 +211,7 @@ class Shipper:
                 return shipped
             last = records[-1].sequence
             self._seen = last if self._seen is None else max(self._seen, last)
-            fan_out = self._sink if isinstance(self._sink, UsageFanOut) else None
+            fan_out = self._fan_out
             messages, usage, events, rejected = _pack(records, usage=fan_out is not None)
             if messages:
                 if fan_out is not None:

@@ -457,16 +457,12 @@ class WalWriter:
             return
         try:
             with self._cond:
-                pending, nbytes = self._pending, 0
-                batch: list[_Pending] = []
-                limit = self._limits.max_batch_bytes
-                while pending and not pending[0][3] and (not batch or nbytes + len(pending[0][1]) <= limit):
-                    nbytes += len(pending[0][1]) + RECORD_OVERHEAD
-                    batch.append(pending.popleft())
+                batch = self._take_batch_locked(before_rollover=True)
+                pending = self._pending
                 if pending and pending[0][3]:
                     self._handoff = True  # a new segment: sealing the current one fdatasyncs it
                     self._cond.notify()
-                elif pending:  # more than one batch's bytes (the loop was busy): the rest next turn
+                elif pending:  # more than one batch (the loop was busy): the rest next turn
                     self._flush_scheduled = True
                     assert self._loop is not None
                     self._loop.call_soon(self._flush_on_loop)
@@ -563,7 +559,8 @@ class WalWriter:
                 if step is None:
                     break
                 with self._commit_lock:
-                    batch = self._take_batch() if step else []
+                    with self._cond:
+                        batch = self._take_batch_locked() if step else []
                     if batch:
                         self._commit(batch)
                     with self._cond:
@@ -603,20 +600,23 @@ class WalWriter:
                 else:
                     self._cond.wait(_IDLE_WAIT_S if not self._refresh_wanted else _REFRESH_INTERVAL_S)
 
-    def _take_batch(self) -> list[_Pending]:
-        """Take the next batch from ``_pending`` (with the commit lock held): at most
-        ``max_batch_records`` and ``max_batch_bytes``; empty if the loop took everything meanwhile."""
+    def _take_batch_locked(self, *, before_rollover: bool = False) -> list[_Pending]:
+        """Take the next batch from ``_pending`` (with the commit lock and ``_cond`` held): at most
+        ``max_batch_records`` and ``max_batch_bytes``, and with ``before_rollover`` (the loop) none
+        from the first record that starts a new segment on. Empty if the loop took everything
+        meanwhile, or if a rollover is next."""
         limits, pending = self._limits, self._pending
-        with self._cond:
-            batch: list[_Pending] = []
-            nbytes = 0
-            while pending and len(batch) < limits.max_batch_records:
-                size = len(pending[0][1]) + RECORD_OVERHEAD
-                if batch and nbytes + size > limits.max_batch_bytes:
-                    break
-                batch.append(pending.popleft())
-                nbytes += size
-            return batch
+        batch: list[_Pending] = []
+        nbytes = 0
+        while pending and len(batch) < limits.max_batch_records:
+            if before_rollover and pending[0][3]:
+                break
+            size = len(pending[0][1]) + RECORD_OVERHEAD
+            if batch and nbytes + size > limits.max_batch_bytes:
+                break
+            batch.append(pending.popleft())
+            nbytes += size
+        return batch
 
     def _commit(self, batch: list[_Pending]) -> None:
         """Write one batch (rolling over where append decided), fdatasync if durable, then advance."""

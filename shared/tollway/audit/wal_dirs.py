@@ -329,12 +329,12 @@ def ship_orphans(
     """
     shipped = retired = 0
     stop = time.monotonic() + budget_s
-    deadline = stop if deadline is None else min(deadline, stop)
+    until = stop if deadline is None else min(deadline, stop)
     mine = {p.resolve() for p in own}
     for path in wal_directories(root):
         if path.resolve() in mine:
             continue
-        if deadline is not None and time.monotonic() >= deadline:
+        if time.monotonic() >= until:
             break
         if drained is not None and path in drained:
             try:
@@ -362,7 +362,7 @@ def ship_orphans(
                 max_rounds=1 << 20,
             )
             try:
-                count = shipper.drain_once(deadline)
+                count = shipper.drain_once(until)
                 shipped += count
                 done = orphan.retire(retire_after_s)
             except SinkUnavailable:
