@@ -190,13 +190,18 @@ def test_a_reader_that_stops_reading_is_cut_off_and_frees_its_permits(gateway: G
     assert '"cancelled"' in access[-1]
 
 
-def test_a_provider_stalling_after_the_first_token_ends_the_stream_at_the_idle_deadline(gateway: Gateway) -> None:
+def stream_data_lines(gateway: Gateway, model: str) -> list[str]:
+    """The ``data:`` lines of one streamed request to ``model``, read to the end (answered 200)."""
     headers = {"authorization": f"Bearer {gateway.keys['p']}"}
-    body = {"model": "stall-after", "stream": True, "messages": [{"role": "user", "content": "go"}]}
-    started = time.monotonic()
+    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "go"}]}
     with httpx.stream("POST", gateway.base_url + "/chat/completions", json=body, headers=headers, timeout=30) as resp:
         assert resp.status_code == 200
-        lines = [line for line in resp.iter_lines() if line.startswith("data: ")]
+        return [line for line in resp.iter_lines() if line.startswith("data: ")]
+
+
+def test_a_provider_stalling_after_the_first_token_ends_the_stream_at_the_idle_deadline(gateway: Gateway) -> None:
+    started = time.monotonic()
+    lines = stream_data_lines(gateway, "stall-after")
     assert time.monotonic() - started < 10  # the idle deadline (0.8 s), not the 60 s stall
     assert lines[-1] != "data: [DONE]"  # a midstream failure: one error event, no [DONE]
     assert '"error"' in lines[-1]
@@ -205,11 +210,7 @@ def test_a_provider_stalling_after_the_first_token_ends_the_stream_at_the_idle_d
 
 
 def test_malformed_sse_after_the_first_token_ends_with_one_error_event(gateway: Gateway) -> None:
-    headers = {"authorization": f"Bearer {gateway.keys['p']}"}
-    body = {"model": "malformed", "stream": True, "messages": [{"role": "user", "content": "go"}]}
-    with httpx.stream("POST", gateway.base_url + "/chat/completions", json=body, headers=headers, timeout=30) as resp:
-        assert resp.status_code == 200
-        lines = [line for line in resp.iter_lines() if line.startswith("data: ")]
+    lines = stream_data_lines(gateway, "malformed")
     assert lines[-1] != "data: [DONE]"
     assert sum('"error"' in line for line in lines) == 1
     assert "{not json" not in "".join(lines)  # the provider's bytes never reach the client
@@ -217,11 +218,7 @@ def test_malformed_sse_after_the_first_token_ends_with_one_error_event(gateway: 
 
 
 def test_a_stream_truncated_mid_frame_ends_with_one_error_event(gateway: Gateway) -> None:
-    headers = {"authorization": f"Bearer {gateway.keys['p']}"}
-    body = {"model": "truncated", "stream": True, "messages": [{"role": "user", "content": "go"}]}
-    with httpx.stream("POST", gateway.base_url + "/chat/completions", json=body, headers=headers, timeout=30) as resp:
-        assert resp.status_code == 200
-        lines = [line for line in resp.iter_lines() if line.startswith("data: ")]
+    lines = stream_data_lines(gateway, "truncated")
     assert sum('"content"' in line for line in lines) >= 1  # the output before the cut reached the client
     assert lines[-1] != "data: [DONE]"
     assert sum('"error"' in line for line in lines) == 1

@@ -287,19 +287,23 @@ class TelemetryApi(ScriptedApi):
         return {"eventType": "SHUTDOWN", "deadlineMs": self.soon}
 
 
+def telemetry_env(wal_dir: Path) -> dict[str, str]:
+    """The extension's settings for an SQS sink, with its Telemetry API listener on loopback."""
+    return {
+        "TOLLWAY_AUDIT_SINK": "sqs",
+        "TOLLWAY_QUEUE_AUDIT": "q",
+        "TOLLWAY_AUDIT_WAL_DIR": str(wal_dir),
+        "TOLLWAY_TELEMETRY_HOST": "127.0.0.1",
+    }
+
+
 def _telemetry_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, subscribe_fails: bool) -> TelemetryApi:
     fill(tmp_path / lambda_directory_name(), "before", 3)
     sink = MemorySink()
     monkeypatch.setattr(ExtensionSettings, "build_sink", lambda self, env: sink)
     api = TelemetryApi(tmp_path, int((time.time() + 5) * 1000), subscribe_fails=subscribe_fails)
     api.sink = sink
-    env = {
-        "TOLLWAY_AUDIT_SINK": "sqs",
-        "TOLLWAY_QUEUE_AUDIT": "q",
-        "TOLLWAY_AUDIT_WAL_DIR": str(tmp_path),
-        "TOLLWAY_TELEMETRY_HOST": "127.0.0.1",
-    }
-    assert run(api, env) == 0
+    assert run(api, telemetry_env(tmp_path)) == 0
     assert len(sink.events) == 5  # everything, by SHUTDOWN at the latest
     return api
 
@@ -345,13 +349,7 @@ class SilentTelemetryApi(ScriptedApi):
 def test_missing_runtime_done_events_stop_the_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ExtensionSettings, "build_sink", lambda self, env: MemorySink())
     api = SilentTelemetryApi(invokes=5)
-    env = {
-        "TOLLWAY_AUDIT_SINK": "sqs",
-        "TOLLWAY_QUEUE_AUDIT": "q",
-        "TOLLWAY_AUDIT_WAL_DIR": str(tmp_path),
-        "TOLLWAY_TELEMETRY_HOST": "127.0.0.1",
-    }
-    assert run(api, env) == 0
+    assert run(api, telemetry_env(tmp_path)) == 0
     limit = wal_shipper.MAX_RUNTIME_DONE_MISSES
     # The first invokes wait for runtimeDone until their deadline (1 s); then the waiting stops.
     # The bounds are an order of magnitude apart: this checks behaviour, not speed.
