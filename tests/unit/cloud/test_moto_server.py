@@ -7,12 +7,13 @@ right. The server-side counterpart, against a running ``tollway.cloud.moto_serve
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
+from moto import backends, mock_aws
 from moto.dynamodb.models import DynamoDBBackend
 from moto.sqs.models import Message, Queue, SQSBackend
 
@@ -30,6 +31,7 @@ def patched(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         monkeypatch.setattr(SQSBackend, name, SQSBackend.__dict__[name])
     for name in moto_server._WRITES:
         monkeypatch.setattr(DynamoDBBackend, name, DynamoDBBackend.__dict__[name])
+    monkeypatch.setattr(backends, "list_of_moto_modules", backends.list_of_moto_modules)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
     moto_server.patch_moto()
@@ -97,3 +99,25 @@ def test_fifo_deduplication_still_reads_the_queue_attribute(patched: None) -> No
     for _ in range(3):
         sqs.send_message(QueueUrl=url, MessageBody="same body", MessageGroupId="g")
     assert _counts(sqs, url)["ApproximateNumberOfMessages"] == 1
+
+
+def test_the_service_list_is_read_once_and_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto's dispatcher lists its package directory for every request; the patched list is
+    the same services, read from the disk once."""
+    monkeypatch.setattr(backends, "list_of_moto_modules", backends.list_of_moto_modules)
+    unpatched = list(backends.list_of_moto_modules())
+    listings = [0]
+    real_listdir = os.listdir
+
+    def counted(path: Any) -> list[str]:
+        listings[0] += 1
+        return real_listdir(path)
+
+    monkeypatch.setattr(os, "listdir", counted)
+    moto_server._list_services_once()
+    assert listings[0] == 1
+    for _ in range(3):
+        services = backends.list_of_moto_modules()
+        assert "sqs" in services and "dynamodb" in services
+        assert list(services) == unpatched
+    assert listings[0] == 1
