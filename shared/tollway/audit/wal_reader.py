@@ -53,6 +53,17 @@ class WalReader:
         self._fs: WalFileSystem = fs if fs is not None else OsFileSystem()
         self._acked: int | None = None
         self._cursor: _Cursor | None = None
+        self._caught_up = True
+
+    @property
+    def caught_up(self) -> bool:
+        """Whether the last :meth:`read` returned every record readable when it ran.
+
+        False when it stopped at ``max_records`` or ``max_bytes``: more records can be read right
+        away. True when it reached the end of the newest segment or the live writer's durable
+        watermark (or found nothing): what follows has not been written, or not made durable, yet.
+        """
+        return self._caught_up
 
     @property
     def acked(self) -> int:
@@ -72,6 +83,7 @@ class WalReader:
         """
         if max_records < 1 or max_bytes < 1:
             raise ValueError("max_records and max_bytes must be positive")
+        self._caught_up = True
         writer = live_writer(self._dir)
         cap = writer.durable_watermark if writer is not None else None
         if cap is not None and cap <= after_seq:
@@ -111,6 +123,8 @@ class WalReader:
             if scan.header is not None:
                 self._cursor = _Cursor(first, Resume(scan.header.segment_id, scan.pos, scan.last_sequence))
             if scan.limited or newest:
+                at_cap = cap is not None and scan.last_sequence >= cap
+                self._caught_up = not scan.limited or at_cap
                 return out
             idx, resume = idx + 1, None
 

@@ -28,6 +28,8 @@ class MemoryWal:
     records: list[Record] = field(default_factory=list)
     acked: int = 0
     acks: list[int] = field(default_factory=list)
+    caught_up: bool = True
+    """Whether the last read returned every record there was (the ``WalReader`` property)."""
 
     def append(self, payload: bytes) -> int:
         seq = len(self.records) + 1
@@ -42,6 +44,7 @@ class MemoryWal:
                 break
             out.append(record)
             size += len(record.payload)
+        self.caught_up = after_seq + len(out) == len(self.records)
         return out
 
     def acknowledge(self, seq: int) -> None:
@@ -206,6 +209,30 @@ def test_one_drain_is_bounded_by_its_rounds_and_the_next_continues() -> None:
     assert s.drain_once() == 10
     assert s.drain_once() == 0
     assert [e["n"] for e in sink.events()] == list(range(50))
+
+
+def test_a_drain_continues_past_full_reads_and_leaves_what_came_during_its_sends() -> None:
+    """A read stopped at its bounds is followed at once; records appended while a drain sends
+    (a writer that never pauses) wait for the next drain, so each call carries a full read."""
+    wal = MemoryWal()
+
+    class AppendingSink(MemorySink):
+        def send(self, batch: list[bytes]) -> None:
+            super().send(batch)
+            for _ in range(2):
+                wal.append(event(len(wal.records)))
+
+    sink = AppendingSink()
+    for n in range(15):
+        wal.append(event(n))
+    s = shipper(wal, sink, batch_records=10)
+    assert s.drain_once() == 17  # a full read of 10, then 7 (5 + 2 appended during the first send)
+    assert sink.calls == 2
+    assert wal.acked == 17
+    assert len(wal.records) == 19
+    assert s.drain_once() == 2
+    assert sink.calls == 3
+    assert [e["n"] for e in sink.events()] == list(range(19))
 
 
 def test_a_passed_deadline_ships_nothing() -> None:

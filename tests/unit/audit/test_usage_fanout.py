@@ -61,9 +61,12 @@ class Records:
     def __init__(self, payloads: list[bytes]) -> None:
         self.records = [WalRecord(i + 1, p) for i, p in enumerate(payloads)]
         self.acked = 0
+        self.caught_up = True
 
     def read(self, after_seq: int, max_records: int, max_bytes: int) -> list[WalRecord]:
-        return [r for r in self.records if r.sequence > after_seq][:max_records]
+        left = [r for r in self.records if r.sequence > after_seq]
+        self.caught_up = len(left) <= max_records
+        return left[:max_records]
 
     def acknowledge(self, seq: int) -> None:
         self.acked = seq

@@ -40,11 +40,17 @@ def test_reads_are_ordered_and_bounded_by_records_and_bytes(tmp_path: Path) -> N
     payloads = fill(tmp_path, 30)
     reader = WalReader(tmp_path)
     assert [r.sequence for r in reader.read(0, 5, 1 << 20)] == [1, 2, 3, 4, 5]
+    assert not reader.caught_up  # stopped at max_records with more to read
     by_bytes = reader.read(5, 100, 3 * 1010)
     assert [r.sequence for r in by_bytes] == [6, 7, 8]
     assert [r.payload for r in by_bytes] == payloads[5:8]
+    assert not reader.caught_up  # stopped at max_bytes
     assert [r.sequence for r in reader.read(27, 100, 1 << 20)] == [28, 29, 30]
+    assert reader.caught_up
+    assert [r.sequence for r in reader.read(26, 4, 1 << 20)] == [27, 28, 29, 30]
+    assert reader.caught_up  # exactly max_records, and nothing after them
     assert reader.read(30, 100, 1 << 20) == []
+    assert reader.caught_up
 
 
 def test_one_record_is_returned_even_when_larger_than_max_bytes(tmp_path: Path) -> None:
@@ -89,6 +95,9 @@ async def test_in_process_reads_stop_at_the_durable_watermark(tmp_path: Path) ->
     assert b"written, not yet synced" in segment_files(tmp_path)[-1].read_bytes()
     reader = WalReader(tmp_path)
     assert [r.sequence for r in reader.read(0, 10, 1 << 20)] == [first]
+    assert reader.caught_up  # what follows is not durable yet: nothing more to read now
+    assert reader.read(first, 10, 1 << 20) == []
+    assert reader.caught_up
     assert gate.gate is not None
     gate.gate.set()
     await writer.wait_durable(second)
