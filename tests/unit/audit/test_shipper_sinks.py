@@ -107,3 +107,25 @@ def test_an_empty_batch_sends_nothing() -> None:
     sink(fake).send([])
     assert fake.calls == []
     assert fake.url_lookups == 0
+
+
+def test_kafka_checksums_run_in_c_and_a_pure_python_fallback_is_reported_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The project installs kafka-python[crc32c]; without it every Kafka send costs 6x the CPU."""
+    from kafka.record import util
+
+    from tollway.audit import sinks
+
+    assert util.crc32c_c is not None, "crc32c is not installed: kafka-python checksums in pure Python"
+    monkeypatch.setattr(sinks, "_crc32c_checked", False)
+    with caplog.at_level("WARNING", logger="tollway.audit"):
+        assert sinks._check_crc32c()
+        assert not caplog.records
+        monkeypatch.setattr(util, "crc32c_c", None)
+        monkeypatch.setattr(sinks, "_crc32c_checked", False)
+        assert not sinks._check_crc32c()
+        assert not sinks._check_crc32c()
+    assert [r.getMessage() for r in caplog.records] == [
+        "kafka-python is checksumming in pure Python: install kafka-python[crc32c] for the audit sink"
+    ]
