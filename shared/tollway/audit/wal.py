@@ -451,7 +451,7 @@ class WalWriter:
             if self._handoff or not self._pending or self._failure is not None or self._state is not _OPEN:
                 return  # the writer thread has it (a hand-off, or close), or nothing is left
         if not self._commit_lock.acquire(blocking=False):
-            with self._cond:  # the thread is writing (a rollover): it takes the rest as well
+            with self._cond:  # the thread holds it (a rollover, a disk refresh): it takes the rest as well
                 self._handoff = True
                 self._cond.notify()
             return

@@ -218,3 +218,36 @@ def test_a_drained_orphan_is_not_claimed_again_until_it_changes(
     assert ship_orphans(tmp_path, sink, retire_after_s=0, **common) == (0, 1)  # type: ignore[arg-type]
     assert drained == {} and not (tmp_path / "worker-1").exists()
     assert [e["eventId"] for e in sink.events] == ["e-0", "e-1", "e-0"]
+
+
+def test_two_adopters_racing_for_one_orphan_ship_it_once(tmp_path: Path) -> None:
+    """Two shippers (two ship processes, or two Lambda environments' extensions on EFS) pass over
+    the same orphan at once: the one that claimed it ships and retires it; the other skips it."""
+    fill(tmp_path / "worker-1", 300)
+    sending, release = threading.Event(), threading.Event()
+
+    class HeldSink(ListSink):
+        def send(self, batch: list[bytes]) -> None:
+            sending.set()
+            assert release.wait(5)
+            super().send(batch)
+
+    first, second = HeldSink(), ListSink()
+    results: dict[str, tuple[int, int]] = {}
+
+    def adopt(name: str, sink: ListSink) -> None:
+        results[name] = ship_orphans(
+            tmp_path, sink, own=[], batch_records=64, batch_bytes=1 << 20, idle_s=0, retire_after_s=0, budget_s=10
+        )
+
+    racer = threading.Thread(target=adopt, args=("first", first))
+    racer.start()
+    assert sending.wait(5), "the first adopter never reached its sink"
+    adopt("second", second)  # while the first holds the orphan, in the middle of a send
+    release.set()
+    racer.join(10)
+    assert results == {"first": (300, 1), "second": (0, 0)}
+    assert second.events == []
+    assert [e["eventId"] for e in first.events] == [f"e-{n}" for n in range(300)]
+    assert not (tmp_path / "worker-1").exists()
+    assert ship_orphans(tmp_path, ListSink(), own=[], batch_records=64, batch_bytes=1 << 20, idle_s=0) == (0, 0)

@@ -127,6 +127,10 @@ class FaultFs(OsFileSystem):
         self._before("rename", dst.name)
         super().rename(src, dst)
 
+    def stat_size(self, path: Path) -> int:
+        self._before("stat_size", path.name)
+        return super().stat_size(path)
+
     def unlink(self, path: Path) -> None:
         self._before("unlink", path.name)
         super().unlink(path)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.audit.test_wal_fs import SMALL, Fault, FaultFs, async_wait_until, open_writer
-from tollway.audit.wal import WalReader, WalUnavailable
+from tests.unit.audit.test_wal_fs import SMALL, Fault, FaultFs, async_wait_until, open_writer, segment_files
+from tollway.audit.wal import WalFull, WalReader, WalUnavailable
 
 
 class ThreadFs(FaultFs):
@@ -166,3 +166,71 @@ async def test_a_backlog_is_written_in_batches_of_at_most_max_batch_bytes(tmp_pa
     assert batch_writes >= 100 * 1000 // (16 << 10), "one write per batch of at most max_batch_bytes"
     writer.close()
     assert sequences(tmp_path) == list(range(1, last + 1))
+
+
+async def test_a_flush_that_finds_the_commit_lock_taken_hands_its_records_to_the_writer_thread(
+    tmp_path: Path,
+) -> None:
+    """The writer thread holds the commit lock while it re-measures the disk; a loop flush that
+    fires meanwhile must not wait for it on the loop: the thread writes those records after."""
+    fs = ThreadFs()
+    writer = open_writer(tmp_path, durable=False, fs=fs)  # 8 KiB segments
+    writer.write_on_loop(asyncio.get_running_loop())
+    loop_thread = threading.get_ident()
+    last = 0
+    for _ in range(30):
+        last = writer.append(b"s" * 1000)
+    await async_wait_until(lambda: writer.durable_watermark == last)
+    assert len(segment_files(tmp_path)) >= 3, "the refresh must have sealed segments to measure"
+    gate = fs.add(Fault("stat_size", gate=threading.Event()))
+    writer.request_refresh()
+    await asyncio.to_thread(gate.entered.wait, 5)  # the thread is in the refresh, holding the lock
+    mark = len(fs.threads)
+    first_held = writer.append(b"while the thread refreshes")
+    held = [first_held] + [writer.append(b"and more") for _ in range(3)]
+    await asyncio.sleep(0.05)  # the loop's flush has fired, found the lock taken, and returned
+    assert writer.durable_watermark == last, "nothing may be written while the lock is held"
+    assert fs.by("write", loop_thread, since=mark) == []
+    assert gate.gate is not None
+    gate.gate.set()
+    await async_wait_until(lambda: writer.durable_watermark == held[-1])
+    written_by = {t for op, _, t in fs.threads[mark:] if op == "write"}
+    assert written_by and loop_thread not in written_by, "the writer thread wrote the handed-over records"
+    mark = len(fs.threads)
+    after = writer.append(b"the loop writes again")
+    await async_wait_until(lambda: writer.durable_watermark == after)
+    assert fs.by("write", loop_thread, since=mark), "once nothing is pending the loop takes over again"
+    writer.close()
+    assert sequences(tmp_path) == list(range(1, after + 1))
+
+
+async def test_a_full_wal_in_loop_mode_refuses_appends_until_a_reader_frees_space(tmp_path: Path) -> None:
+    """WalFull asks the writer thread to re-measure the disk; once another process (the ship
+    process) has deleted acknowledged segments, appends on the loop are accepted and written."""
+    writer = open_writer(tmp_path, durable=False)
+    writer.write_on_loop(asyncio.get_running_loop())
+    accepted = 0
+    with pytest.raises(WalFull):
+        for _ in range(1000):
+            writer.append(b"e" * 1000)
+            accepted += 1
+    assert 40 < accepted < SMALL.max_bytes // 1000
+    await async_wait_until(lambda: writer.durable_watermark == accepted)
+    with pytest.raises(WalFull):
+        writer.append(b"e" * 1000)  # nothing freed yet
+    WalReader(tmp_path).acknowledge(accepted)  # deletes every sealed segment, as a shipper does
+    seqs: list[int] = []
+
+    def retry() -> bool:
+        try:
+            seqs.append(writer.append(b"after the shipper freed space"))
+        except WalFull:
+            return False
+        return True
+
+    await async_wait_until(retry)
+    assert seqs == [accepted + 1]
+    await async_wait_until(lambda: writer.durable_watermark == seqs[0])
+    assert writer.stats()["full_rejections"] >= 2
+    writer.close()
+    assert [r.payload for r in WalReader(tmp_path).read(accepted, 10, 1 << 20)] == [b"after the shipper freed space"]
