@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,8 @@ class Admission:
     """The last measured event-loop lag (0 until :meth:`monitor_loop_lag` runs)."""
     shed_lag: int = 0
     """Requests rejected because of loop lag, since start."""
+    _lag_logged_at: float = float("-inf")
+    """When a loop-lag shed was last logged: at most one line a second, however many are shed."""
 
     def acquire(self, root: PublishedRoot) -> None:
         """Take a request permit before the body is read or parsed."""
@@ -61,6 +64,17 @@ class Admission:
             raise self._overloaded(root)
         if self.loop_lag_s > limits.max_loop_lag_s:
             self.shed_lag += 1
+            now = time.monotonic()
+            if now - self._lag_logged_at >= 1.0:
+                self._lag_logged_at = now
+                log.warning(
+                    "event-loop lag %.0f ms is over maxEventLoopLagMs (%.0f ms): new requests get %d "
+                    "(%d shed for lag since start)",
+                    self.loop_lag_s * 1000,
+                    limits.max_loop_lag_s * 1000,
+                    limits.overload_status,
+                    self.shed_lag,
+                )
             raise self._overloaded(root)
         self.requests += 1
 

@@ -14,6 +14,7 @@ from tollway.config import load_config
 from tollway.config.root import PublishedRoot, Publisher
 from tollway.exceptions import ConfigError, Overloaded
 from tollway.secrets import SecretResolver
+from tollway.server import runtime
 from tollway.server.runtime import Admission
 
 
@@ -54,6 +55,27 @@ def test_loop_lag_above_the_limit_sheds_with_the_configured_status(tmp_path: Pat
     adm.loop_lag_s = 0.019
     adm.acquire(root)
     assert adm.requests == 1
+
+
+def test_lag_shedding_is_logged_at_most_once_a_second(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shed request is otherwise only counted: the log says when and why the gateway sheds."""
+    root = compile_root(tmp_path, admission={"maxEventLoopLagMs": 50})
+    adm = Admission()
+    adm.loop_lag_s = 0.132
+    clock = [1000.0]
+    monkeypatch.setattr(runtime.time, "monotonic", lambda: clock[0])
+    with caplog.at_level("WARNING", logger="tollway.runtime"):
+        for step in (0.0, 0.4, 0.5, 0.2):  # three sheds in the first second, one after it
+            clock[0] += step
+            with pytest.raises(Overloaded):
+                adm.acquire(root)
+    assert adm.shed_lag == 4
+    assert [r.getMessage() for r in caplog.records] == [
+        "event-loop lag 132 ms is over maxEventLoopLagMs (50 ms): new requests get 503 (1 shed for lag since start)",
+        "event-loop lag 132 ms is over maxEventLoopLagMs (50 ms): new requests get 503 (4 shed for lag since start)",
+    ]
 
 
 def test_zero_turns_lag_shedding_off(tmp_path: Path) -> None:
