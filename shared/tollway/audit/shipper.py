@@ -189,7 +189,7 @@ class Shipper:
         writer), ``max_rounds`` reads, or the ``time.monotonic()`` ``deadline``. Each read is sent
         whole and then acknowledged. Records appended while a drain sends are left to the next
         drain: chasing them made one call per few records (measured: 63 events a call at 500 RPS,
-        against 512, and 4x the ship process's CPU per event). Raises
+        against 512, and 3-4x the ship process's CPU). Raises
         :class:`~tollway.audit.sinks.SinkUnavailable` (nothing of that read acknowledged; earlier
         reads of this drain stay acknowledged) or the reader's ``WalError``.
         """

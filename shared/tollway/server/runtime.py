@@ -54,7 +54,7 @@ class Admission:
     """The last measured event-loop lag (0 until :meth:`monitor_loop_lag` runs)."""
     shed_lag: int = 0
     """Requests rejected because of loop lag, since start."""
-    _lag_logged_at: float = float("-inf")
+    _lag_logged_at: float = field(default=float("-inf"), init=False)
     """When a loop-lag shed was last logged: at most one line a second, however many are shed."""
 
     def acquire(self, root: PublishedRoot) -> None:

@@ -242,10 +242,12 @@ def test_two_adopters_racing_for_one_orphan_ship_it_once(tmp_path: Path) -> None
 
     racer = threading.Thread(target=adopt, args=("first", first))
     racer.start()
-    assert sending.wait(5), "the first adopter never reached its sink"
-    adopt("second", second)  # while the first holds the orphan, in the middle of a send
-    release.set()
-    racer.join(10)
+    try:
+        assert sending.wait(5), "the first adopter never reached its sink"
+        adopt("second", second)  # while the first holds the orphan, in the middle of a send
+    finally:
+        release.set()
+        racer.join(10)
     assert results == {"first": (300, 1), "second": (0, 0)}
     assert second.events == []
     assert [e["eventId"] for e in first.events] == [f"e-{n}" for n in range(300)]

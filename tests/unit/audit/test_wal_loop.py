@@ -184,7 +184,7 @@ async def test_a_flush_that_finds_the_commit_lock_taken_hands_its_records_to_the
     assert len(segment_files(tmp_path)) >= 3, "the refresh must have sealed segments to measure"
     gate = fs.add(Fault("stat_size", gate=threading.Event()))
     writer.request_refresh()
-    await asyncio.to_thread(gate.entered.wait, 5)  # the thread is in the refresh, holding the lock
+    assert await asyncio.to_thread(gate.entered.wait, 5), "the refresh never reached the gate"  # it holds the lock
     mark = len(fs.threads)
     first_held = writer.append(b"while the thread refreshes")
     held = [first_held] + [writer.append(b"and more") for _ in range(3)]
@@ -196,10 +196,15 @@ async def test_a_flush_that_finds_the_commit_lock_taken_hands_its_records_to_the
     await async_wait_until(lambda: writer.durable_watermark == held[-1])
     written_by = {t for op, _, t in fs.threads[mark:] if op == "write"}
     assert written_by and loop_thread not in written_by, "the writer thread wrote the handed-over records"
-    mark = len(fs.threads)
-    after = writer.append(b"the loop writes again")
-    await async_wait_until(lambda: writer.durable_watermark == after)
-    assert fs.by("write", loop_thread, since=mark), "once nothing is pending the loop takes over again"
+    after = 0
+    for _ in range(20):  # the thread ends the hand-over just after its write: the loop's turn comes next
+        mark = len(fs.threads)
+        after = writer.append(b"the loop writes again")
+        await async_wait_until(lambda seq=after: writer.durable_watermark == seq)
+        if fs.by("write", loop_thread, since=mark):
+            break
+    else:
+        raise AssertionError("the loop never took the writes back once nothing was pending")
     writer.close()
     assert sequences(tmp_path) == list(range(1, after + 1))
 

@@ -53,6 +53,22 @@ def test_reads_are_ordered_and_bounded_by_records_and_bytes(tmp_path: Path) -> N
     assert reader.caught_up
 
 
+def test_a_read_that_ends_where_a_sealed_segment_ends_is_not_caught_up(tmp_path: Path) -> None:
+    fill(tmp_path, 30)
+    firsts = [first_sequence(p) for p in segment_files(tmp_path)]
+    assert len(firsts) >= 3
+    reader = WalReader(tmp_path)
+    whole_first = firsts[1] - 1
+    assert [r.sequence for r in reader.read(0, whole_first, 1 << 20)] == list(range(1, firsts[1]))
+    assert not reader.caught_up  # the next segment is readable now
+    spanning = reader.read(whole_first - 1, 3, 1 << 20)  # across the boundary
+    assert [r.sequence for r in spanning] == [whole_first, whole_first + 1, whole_first + 2]
+    assert not reader.caught_up
+    last = reader.read(firsts[-1] - 1, 1000, 1 << 20)
+    assert [r.sequence for r in last] == list(range(firsts[-1], 31))
+    assert reader.caught_up
+
+
 def test_one_record_is_returned_even_when_larger_than_max_bytes(tmp_path: Path) -> None:
     fill(tmp_path, 3)
     records = WalReader(tmp_path).read(0, 10, 10)
