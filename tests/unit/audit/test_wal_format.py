@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.audit.test_wal_fs import SMALL, open_writer, segment_files, wait_until
+from tests.unit.audit.test_wal_fs import SMALL, fill_until_full, open_writer, segment_files, wait_until
 from tollway.audit.wal import WalCorrupt, WalFull, WalLimits, WalReader, WalWriter
 from tollway.audit.wal_format import decode_header, encode_header, encode_record, header_prefix_is_torn
 
@@ -129,11 +129,7 @@ def test_segments_roll_over_before_exceeding_segment_bytes(tmp_path: Path) -> No
 
 def test_total_bytes_are_bounded_by_max_bytes_with_wal_full(tmp_path: Path) -> None:
     writer = open_writer(tmp_path, durable=False)
-    accepted = 0
-    with pytest.raises(WalFull):
-        for _ in range(1000):
-            writer.append(b"e" * 1000)
-            accepted += 1
+    accepted = fill_until_full(writer)
     assert 40 < accepted < SMALL.max_bytes // 1000
     assert writer.appended == accepted
     with pytest.raises(WalFull):
@@ -147,9 +143,7 @@ def test_total_bytes_are_bounded_by_max_bytes_with_wal_full(tmp_path: Path) -> N
 
 def test_acknowledging_frees_space_for_new_appends(tmp_path: Path) -> None:
     writer = open_writer(tmp_path, durable=False)
-    with pytest.raises(WalFull):
-        for _ in range(1000):
-            writer.append(b"e" * 1000)
+    fill_until_full(writer)
     wait_until(lambda: writer.durable_watermark == writer.appended)
     full_bytes = writer.stats()["bytes_on_disk"]
     WalReader(tmp_path).acknowledge(writer.appended)
@@ -161,9 +155,7 @@ def test_acknowledging_frees_space_for_new_appends(tmp_path: Path) -> None:
 def test_a_rejected_append_asks_the_writer_to_remeasure_the_disk(tmp_path: Path) -> None:
     """Another process (the Lambda extension) deletes acknowledged segments without telling this one."""
     writer = open_writer(tmp_path, durable=False)
-    with pytest.raises(WalFull):
-        for _ in range(1000):
-            writer.append(b"e" * 1000)
+    fill_until_full(writer)
     wait_until(lambda: writer.durable_watermark == writer.appended)
     for path in segment_files(tmp_path)[:-1]:
         path.unlink()

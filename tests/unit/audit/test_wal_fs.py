@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tollway.audit.wal import OsFileSystem, WalLimits, WalReader, WalWriter
+from tollway.audit.wal import OsFileSystem, WalFull, WalLimits, WalReader, WalWriter
 from tollway.audit.wal_fs import OpenMode
 
 GATE_TIMEOUT_S = 10.0
@@ -175,6 +175,16 @@ def open_writer(
 
 def segment_files(directory: Path) -> list[Path]:
     return sorted(directory.glob("wal-*.seg"))
+
+
+def fill_until_full(writer: WalWriter, payload: bytes = b"e" * 1000, most: int = 1000) -> int:
+    """Append ``payload`` until the WAL refuses one with ``WalFull``; the appends it accepted."""
+    accepted = 0
+    with pytest.raises(WalFull):
+        for _ in range(most):
+            writer.append(payload)
+            accepted += 1
+    return accepted
 
 
 # the real file system

@@ -17,7 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.audit.test_wal_fs import SMALL, Fault, FaultFs, async_wait_until, open_writer, segment_files
+from tests.unit.audit.test_wal_fs import (
+    SMALL,
+    Fault,
+    FaultFs,
+    async_wait_until,
+    fill_until_full,
+    open_writer,
+    segment_files,
+)
 from tollway.audit.wal import WalFull, WalReader, WalUnavailable
 
 
@@ -214,11 +222,7 @@ async def test_a_full_wal_in_loop_mode_refuses_appends_until_a_reader_frees_spac
     process) has deleted acknowledged segments, appends on the loop are accepted and written."""
     writer = open_writer(tmp_path, durable=False)
     writer.write_on_loop(asyncio.get_running_loop())
-    accepted = 0
-    with pytest.raises(WalFull):
-        for _ in range(1000):
-            writer.append(b"e" * 1000)
-            accepted += 1
+    accepted = fill_until_full(writer)
     assert 40 < accepted < SMALL.max_bytes // 1000
     await async_wait_until(lambda: writer.durable_watermark == accepted)
     with pytest.raises(WalFull):
