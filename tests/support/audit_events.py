@@ -7,9 +7,13 @@ from tollway.audit import events
 __all__ = ["request_events"]
 
 
-def request_events(request_id: str, attempts: int) -> list[bytes]:
-    """One logical request's events in append order: admitted, (started, finished) per attempt, finished."""
+def request_events(request_id: str, attempts: int, *, priced: bool = False) -> list[bytes]:
+    """One logical request's events in append order: admitted, (started, finished) per attempt, finished.
+
+    ``priced``: with the pricing fields the gateway adds once a price catalog is published (the
+    pricing version on each attempt, the cost on ``request_finished``), as ``bench.ship`` ships."""
     digest = "d" * 64
+    pricing_version = "models.dev@2026-11-28" if priced else None
     out = [
         events.request_admitted(
             request_id=request_id,
@@ -36,6 +40,7 @@ def request_events(request_id: str, attempts: int) -> list[bytes]:
                 provider_format="openai_chat",
                 physical_model="gpt-x",
                 reason="first" if n == 1 else "retry",
+                pricing_version=pricing_version,
             )
         )
         out.append(
@@ -70,6 +75,10 @@ def request_events(request_id: str, attempts: int) -> list[bytes]:
             team=None,
             key_id="k-1",
             alias="chat-fast-v1",
+            cost_micro_usd=220 if priced else None,
+            pricing_version=pricing_version,
+            pricing_tier="standard" if priced else None,
+            cost_evidence="provider-reported" if priced else None,
         )
     )
     return [e.encode() for e in out]
