@@ -252,8 +252,10 @@ class WalDrainer:
         orphan_scan_s: float = ORPHAN_SCAN_S,
         orphan_idle_s: float = ORPHAN_IDLE_S,
         orphan_retire_s: float = ORPHAN_RETIRE_S,
+        batch_records: int | None = None,
     ) -> None:
         self._base = base
+        self._batch_records = BATCH_RECORDS if batch_records is None else batch_records
         self._sink = sink
         self._own = base / own
         self._lock = ShipLock(self._own)
@@ -265,9 +267,14 @@ class WalDrainer:
         self._orphans_shipped = self._orphans_retired = 0
         self._drained_orphans: dict[Path, float] = {}
 
-    def drain(self, deadline: float, *, orphans: bool = True) -> int:
+    def drain(self, deadline: float, *, orphans: bool = True, exhaust: bool = False) -> int:
         """Ship what the WAL holds until ``deadline`` (monotonic), then orphans if one is due and
-        ``orphans``; failures are logged, never raised."""
+        ``orphans``; failures are logged, never raised.
+
+        One drain of the own WAL makes at most 64 reads of ``batch_records``. With ``exhaust``
+        (at SHUTDOWN, the last chance for records on ``/tmp``) drains follow each other until the
+        WAL is caught up, a send fails, or ``deadline``.
+        """
         from tollway.audit.wal import WalReader
 
         shipped = 0
@@ -277,12 +284,14 @@ class WalDrainer:
                     self._shipper = Shipper(
                         WalReader(self._own),
                         self._sink,
-                        batch_records=BATCH_RECORDS,
+                        batch_records=self._batch_records,
                         batch_bytes=BATCH_BYTES,
                         idle_s=0.0,
                         max_backoff_s=1.0,
                     )
                 shipped += self._shipper.drain_once(deadline)
+                while exhaust and self._shipper.more and time.monotonic() < deadline:
+                    shipped += self._shipper.drain_once(deadline)
             if orphans and time.monotonic() >= self._next_orphan_scan:
                 self._next_orphan_scan = time.monotonic() + self._orphan_scan_s
                 count, retired = ship_orphans(
@@ -410,7 +419,7 @@ def run(api: ExtensionsApi, env: Mapping[str, str]) -> int:
             deadline = event_deadline(event, SHUTDOWN_MARGIN_S if shutdown else INVOKE_MARGIN_S)
             # Orphans only when the invoke is done (or when its end cannot be seen): adopting one
             # at INVOKE would take CPU from the function while it serves the request.
-            drainer.drain(deadline, orphans=done is None and not shutdown)
+            drainer.drain(deadline, orphans=done is None and not shutdown, exhaust=shutdown)
             request_id = event.get("requestId")
             if done is not None and not shutdown and isinstance(request_id, str):
                 if done.wait(request_id, deadline):

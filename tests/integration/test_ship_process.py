@@ -7,6 +7,7 @@ when the gateway that started it is gone or when told to stop.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -100,6 +101,18 @@ def _ship(config: Path, env: dict[str, str], parent: int, *extra: str) -> subpro
     )
 
 
+@contextlib.contextmanager
+def _killed_at_exit(*processes: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Whatever the test asserts, no process of it outlives it."""
+    try:
+        yield
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+
+
 def _queued_request_ids(cloud: LocalCloud, queue_name: str) -> list[str]:
     """Every ``requestId`` in the messages on the queue (received and deleted)."""
     sqs = boto3.client("sqs", endpoint_url=cloud.endpoint, region_name=cloud.region, **_keys(cloud))
@@ -123,7 +136,7 @@ def test_ships_everything_and_exits_when_its_gateway_is_gone(setup: tuple[Path, 
     directory, config, env = setup
     gateway = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     shipper = _ship(config, env, gateway.pid)
-    try:
+    with _killed_at_exit(gateway, shipper):
         assert _wait(lambda: _acked(directory) == 20), "the ship process did not acknowledge the WAL"
         assert shipper.poll() is None
         # Background work: it yields the cores to the gateway's workers (niceness 10 above ours).
@@ -131,11 +144,6 @@ def test_ships_everything_and_exits_when_its_gateway_is_gone(setup: tuple[Path, 
         gateway.kill()
         gateway.wait(5)
         assert shipper.wait(15) == 0
-    finally:
-        for p in (gateway, shipper):
-            if p.poll() is None:
-                p.kill()
-                p.wait(5)
 
 
 def test_skips_a_directory_another_shipper_holds(setup: tuple[Path, Path, dict[str, str]]) -> None:
@@ -143,17 +151,13 @@ def test_skips_a_directory_another_shipper_holds(setup: tuple[Path, Path, dict[s
     with (directory / "ship.lock").open("ab") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         shipper = _ship(config, env, os.getpid())
-        try:
+        with _killed_at_exit(shipper):
             time.sleep(1.5)
             assert _acked(directory) == 0, "a second shipper interleaved with the lock holder"
             fcntl.flock(lock, fcntl.LOCK_UN)
             assert _wait(lambda: _acked(directory) == 20)
             shipper.terminate()
             assert shipper.wait(15) == 0
-        finally:
-            if shipper.poll() is None:
-                shipper.kill()
-                shipper.wait(5)
 
 
 def test_adopts_a_directory_no_worker_writes_ships_it_and_deletes_it(
@@ -167,17 +171,36 @@ def test_adopts_a_directory_no_worker_writes_ships_it_and_deletes_it(
         config, env, os.getpid(), "--orphan-idle-s", "0", "--orphan-retire-s", "0", "--orphan-scan-s", "0.2"
     )
     try:
-        assert _wait(lambda: _acked(directory) == 20)
-        time.sleep(1.0)
-        assert leftover.is_dir() and _acked(leftover) == 0, "a directory with a live writer was adopted"
-        writer.close()
-        assert _wait(lambda: not leftover.exists(), timeout_s=15), "the orphan was not adopted and retired"
-        shipper.terminate()
-        assert shipper.wait(15) == 0
+        with _killed_at_exit(shipper):
+            assert _wait(lambda: _acked(directory) == 20)
+            time.sleep(1.0)
+            assert leftover.is_dir() and _acked(leftover) == 0, "a directory with a live writer was adopted"
+            writer.close()
+            assert _wait(lambda: not leftover.exists(), timeout_s=15), "the orphan was not adopted and retired"
+            shipper.terminate()
+            assert shipper.wait(15) == 0
     finally:
         writer.close()
-        if shipper.poll() is None:
-            shipper.kill()
-            shipper.wait(5)
     shipped = _queued_request_ids(cloud, topology(prefix).queue("audit").name)
     assert sorted(set(shipped)) == sorted({f"req_{i}" for i in range(20)} | {f"left_{i}" for i in range(7)})
+
+
+def test_a_backlog_beyond_one_pass_drains_without_waiting_out_the_interval(
+    setup: tuple[Path, Path, dict[str, str]], cloud: LocalCloud, prefix: str
+) -> None:
+    directory, config, env = setup
+    # One record a read and 64 reads a pass: the 200 records need four passes. With a minute's
+    # flush interval between passes, only the first pass could run within the test's wait.
+    settings = yaml.safe_load(config.read_text())
+    settings["audit"]["sink"].update(batchSize=1, flushIntervalMs=60000)
+    config.write_text(yaml.safe_dump(settings))
+    writer = _open_writer(directory)
+    _append(writer, [f"more_{i}" for i in range(180)])
+    writer.close()
+    shipper = _ship(config, env, os.getpid())
+    with _killed_at_exit(shipper):
+        assert _wait(lambda: _acked(directory) == 200, timeout_s=30), f"acknowledged {_acked(directory)} of 200"
+        shipper.terminate()
+        assert shipper.wait(15) == 0
+    shipped = _queued_request_ids(cloud, topology(prefix).queue("audit").name)
+    assert sorted(shipped) == sorted([f"req_{i}" for i in range(20)] + [f"more_{i}" for i in range(180)])

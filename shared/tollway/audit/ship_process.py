@@ -15,6 +15,9 @@ gateway 0.58 ms (SQS) to 1.3 ms (Kafka) of CPU per request at 500 RPS (docs/benc
   it drains once more and exits, so a killed gateway leaves no shipper behind.
 - SIGTERM / SIGINT: a last drain within ``--stop-timeout``, then exit 0.
 - A sink failure acknowledges nothing (the records stay in the WAL) and backs off, doubling to 5 s.
+- Pacing: after a pass that caught up with every writer it waits ``sink.flushIntervalMs``; after a
+  pass that stopped at a drain's read limit (64 reads of ``sink.batchSize``) it goes on at once, so a
+  backlog left by a sink outage drains as fast as the sink takes it.
 - It runs at a lower CPU priority (``--nice``, default 10): shipping is background work that can
   wait a few milliseconds, a request cannot. When the cores are busy the scheduler serves the
   workers first; the WAL holds what is not shipped yet (bounded by ``spool.maxBytes``).
@@ -86,6 +89,11 @@ def _drain_all(dirs: list[_Directory], deadline: float | None = None) -> bool:
             log.warning("audit shipper %s: %s", d.path.name, type(exc).__name__)
             ok = False
     return ok
+
+
+def _behind(dirs: list[_Directory]) -> bool:
+    """Whether a directory's last drain stopped with records left (its read limit or deadline)."""
+    return any(d.shipper is not None and d.shipper.more for d in dirs)
 
 
 def _alive(pid: int) -> bool:
@@ -166,7 +174,9 @@ def run(
                 )
             if ok:
                 backoff = 0.0
-                wait = interval
+                # A backlog (after a sink outage, or a burst beyond max_rounds reads a pass) is
+                # drained pass after pass; the interval only paces a ship process that has caught up.
+                wait = 0.0 if _behind(dirs) else interval
             else:
                 backoff = min(_MAX_BACKOFF_S, backoff * 2 if backoff else 0.1)
                 wait = backoff

@@ -264,6 +264,11 @@ class Shipper:
         self._backoff_s = 0.0
         return 0.0 if self._more else self._idle_s
 
+    @property
+    def more(self) -> bool:
+        """Whether the last drain stopped at ``max_rounds`` or its deadline, with records possibly left."""
+        return self._more
+
     def _next_backoff(self) -> float:
         previous = self._backoff_s
         self._backoff_s = min(self._max_backoff_s, previous * 2 if previous else self._initial_backoff_s)

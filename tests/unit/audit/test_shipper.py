@@ -205,9 +205,13 @@ def test_one_drain_is_bounded_by_its_rounds_and_the_next_continues() -> None:
     s = shipper(wal, sink, batch_records=10, max_rounds=2)
     assert s.drain_once() == 20
     assert wal.acked == 20
+    assert s.more, "a drain stopped by its rounds says records may be left"
     assert s.drain_once() == 20
+    assert s.more
     assert s.drain_once() == 10
+    assert not s.more, "the third drain caught up"
     assert s.drain_once() == 0
+    assert not s.more
     assert [e["n"] for e in sink.events()] == list(range(50))
 
 
@@ -238,7 +242,9 @@ def test_a_drain_continues_past_full_reads_and_leaves_what_came_during_its_sends
 def test_a_passed_deadline_ships_nothing() -> None:
     wal, sink = MemoryWal(), MemorySink()
     wal.append(event(0))
-    assert shipper(wal, sink).drain_once(deadline=time.monotonic() - 1) == 0
+    s = shipper(wal, sink)
+    assert s.drain_once(deadline=time.monotonic() - 1) == 0
+    assert s.more
     assert sink.calls == 0
     assert wal.acked == 0
 

@@ -355,3 +355,28 @@ def test_missing_runtime_done_events_stop_the_waiting(tmp_path: Path, monkeypatc
     # The bounds are an order of magnitude apart: this checks behaviour, not speed.
     assert all(gap >= 0.8 for gap in api.gaps[:limit]), api.gaps
     assert all(gap < 0.5 for gap in api.gaps[limit:]), api.gaps
+
+
+def test_a_drain_is_bounded_by_its_reads_unless_told_to_exhaust_the_wal(tmp_path: Path) -> None:
+    fill(tmp_path / ENV_OWN, "own", 150)
+    sink = MemorySink()
+    drainer = WalDrainer(tmp_path, sink, ENV_OWN, orphan_scan_s=3600, batch_records=1)
+    try:
+        assert drainer.drain(time.monotonic() + 10) == 64  # 64 reads of one record
+        assert drainer.drain(time.monotonic() + 10, exhaust=True) == 86
+    finally:
+        drainer.close()
+    assert [e["eventId"] for e in sink.events] == [f"own-{n}" for n in range(150)]
+
+
+def test_shutdown_ships_a_backlog_beyond_one_drain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SHUTDOWN is the last chance for records on ``/tmp``: it drains until caught up, not 64 reads."""
+    fill(tmp_path / lambda_directory_name(), "left", 150)
+    sink = MemorySink()
+    monkeypatch.setattr(ExtensionSettings, "build_sink", lambda self, env: sink)
+    monkeypatch.setattr(wal_shipper, "BATCH_RECORDS", 1)
+    soon = int((time.time() + 30) * 1000)
+    api = ScriptedApi([{"eventType": "SHUTDOWN", "deadlineMs": soon}])
+    env = {"TOLLWAY_AUDIT_SINK": "sqs", "TOLLWAY_QUEUE_AUDIT": "q", "TOLLWAY_AUDIT_WAL_DIR": str(tmp_path)}
+    assert run(api, env) == 0
+    assert len(sink.events) == 150
