@@ -12,27 +12,32 @@ because a benchmark sends the *same* request over and over:
 - idle connections are reused last-in first-out; a connection that timed out, errored, or
   was not keep-alive is closed, never reused.
 
-Both clients answer one question per request: ``(status, ttft_seconds_or_None, complete)``,
+Both clients answer one question per request: ``(status, ttft_seconds_or_None, complete, code)``,
 where ``complete`` means the body was read to its end and, for SSE, the terminal marker was
 seen. TTFT is the time from the intended send to the first chunk that carries a ``data:``
-frame with non-empty content.
+frame with non-empty content. ``code`` is ``None`` for a 2xx; otherwise the OpenAI error
+envelope's ``error.code`` (or ``error.type``), so a report can tell a load shed (``overloaded``)
+from an audit WAL refusal (``audit_unavailable``); ``-`` when the body has no such envelope.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any, Final, Literal, Protocol
 
-__all__ = ["CLIENTS", "AiohttpClient", "Client", "Http1Client", "has_content", "make_client"]
+__all__ = ["CLIENTS", "AiohttpClient", "Client", "Http1Client", "error_code", "has_content", "make_client"]
 
 ClientName = Literal["http1", "aiohttp"]
 CLIENTS: Final[tuple[str, ...]] = ("http1", "aiohttp")
 
 _CONTENT_MARKERS: Final = (b'"content":"', b'"text":"', b'"arguments":"', b'"partial_json":"')
 _TAIL: Final = 64
+_ERROR_BODY_MAX: Final = 8192
+"""Bytes of a non-2xx body kept for :func:`error_code` (an error envelope is far smaller)."""
 
 
 def has_content(data: bytes) -> bool:
@@ -47,8 +52,27 @@ def has_content(data: bytes) -> bool:
     return False
 
 
+def error_code(body: bytes) -> str:
+    """The ``error.code`` (else ``error.type``) of an OpenAI error envelope; ``-`` without one."""
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return "-"
+    if not isinstance(error, dict):
+        return "-"
+    for key in ("code", "type"):
+        value = error.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return "-"
+
+
+Reply = tuple[int, float | None, bool, str | None]
+"""``(status, ttft, complete, code)``: see the module's docstring."""
+
+
 class Client(Protocol):
-    async def send(self, intended: float) -> tuple[int, float | None, bool]: ...
+    async def send(self, intended: float) -> Reply: ...
 
     async def aclose(self) -> None: ...
 
@@ -85,6 +109,8 @@ class _Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[tuple[int, bool]] | None = None
         self.watch: _StreamWatch | None = None
         self.status = 0
+        self.error_body: bytearray | None = None
+        """A non-2xx answer's body (its first ``_ERROR_BODY_MAX`` bytes); ``None`` for a 2xx."""
         self.closed = False
 
     # asyncio.Protocol
@@ -104,10 +130,14 @@ class _Connection(asyncio.Protocol):
 
     # httptools callbacks
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
+        self.status = status = self.parser.get_status_code()
+        self.error_body = None if 200 <= status < 300 else bytearray()
 
     def on_body(self, body: bytes) -> None:
-        if self.watch is not None:
+        if self.error_body is not None:
+            if len(self.error_body) < _ERROR_BODY_MAX:
+                self.error_body += body[: _ERROR_BODY_MAX - len(self.error_body)]
+        elif self.watch is not None:
             self.watch.feed(body)
 
     def on_message_complete(self) -> None:
@@ -153,7 +183,7 @@ class Http1Client:
         self.all.add(conn)
         return conn
 
-    async def send(self, intended: float) -> tuple[int, float | None, bool]:
+    async def send(self, intended: float) -> Reply:
         idle = self.idle
         conn = None
         while idle:
@@ -176,14 +206,17 @@ class Http1Client:
             self.all.discard(conn)
             raise
         conn.watch = None
+        error_body, conn.error_body = conn.error_body, None
         if keep_alive and not conn.closed:
             idle.append(conn)
         else:
             conn.abort()
             self.all.discard(conn)
+        if error_body is not None:
+            return status, None, True, error_code(bytes(error_body))
         if watch is None:
-            return status, None, True
-        return status, watch.ttft, watch.done or not 200 <= status < 300
+            return status, None, True, None
+        return status, watch.ttft, watch.done, None
 
     async def aclose(self) -> None:
         for conn in list(self.all):
@@ -214,16 +247,18 @@ class AiohttpClient:
             skip_auto_headers=("User-Agent",),
         )
 
-    async def send(self, intended: float) -> tuple[int, float | None, bool]:
+    async def send(self, intended: float) -> Reply:
         async with self.session.post(self.url, data=self.body) as resp:
             status: int = resp.status
-            if not (self.stream and 200 <= status < 300):
+            if not 200 <= status < 300:
+                return status, None, True, error_code((await resp.read())[:_ERROR_BODY_MAX])
+            if not self.stream:
                 await resp.read()
-                return status, None, True
+                return status, None, True, None
             watch = _StreamWatch(intended, self.done_marker)
             async for chunk in resp.content.iter_any():
                 watch.feed(chunk)
-            return status, watch.ttft, watch.done
+            return status, watch.ttft, watch.done, None
 
     async def aclose(self) -> None:
         await self.session.close()

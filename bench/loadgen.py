@@ -130,6 +130,8 @@ class LoadResult:
         self.warmup_sent = 0
         self.warmup_ok = 0
         self.status: dict[int, int] = {}
+        self.codes: dict[str, int] = {}
+        """Non-2xx answers by status and error-envelope code: ``"503 overloaded"``."""
         self.errors: dict[str, int] = {}
         self.latency = [Histogram() for _ in range(seconds)]
         """2xx latency (completed and late), by second of intended send within the window."""
@@ -157,6 +159,8 @@ class LoadResult:
         self.warmup_ok += other.warmup_ok
         for key, n in other.status.items():
             self.status[key] = self.status.get(key, 0) + n
+        for code, n in other.codes.items():
+            self.codes[code] = self.codes.get(code, 0) + n
         for reason, n in other.errors.items():
             self.errors[reason] = self.errors.get(reason, 0) + n
         for mine, theirs in zip(self.latency, other.latency, strict=True):
@@ -177,6 +181,7 @@ class LoadResult:
             "offered": self.offered,
             "warmup": {"sent": self.warmup_sent, "ok": self.warmup_ok},
             "status": {str(k): v for k, v in sorted(self.status.items())},
+            "codes": dict(sorted(self.codes.items())),
             "errors": dict(sorted(self.errors.items())),
             "latency_by_second": [h.to_dict() for h in self.latency],
             "timeline": self.timeline,
@@ -193,6 +198,7 @@ class LoadResult:
         out.warmup_sent = int(data["warmup"]["sent"])
         out.warmup_ok = int(data["warmup"]["ok"])
         out.status = {int(k): int(v) for k, v in data["status"].items()}
+        out.codes = {str(k): int(v) for k, v in data.get("codes", {}).items()}  # absent before codes were kept
         out.errors = {str(k): int(v) for k, v in data["errors"].items()}
         out.latency = [Histogram.from_dict(h) for h in data["latency_by_second"]]
         out.timeline = [[int(x) for x in row] for row in data["timeline"]]
@@ -220,6 +226,7 @@ class LoadResult:
             "reject_latency": summarize(self.reject_latency),
             "send_lag": summarize(self.send_lag),
             "status": {str(k): v for k, v in sorted(self.status.items())},
+            "codes": dict(sorted(self.codes.items())),
             "errors": dict(sorted(self.errors.items())),
             "warmup": {"sent": self.warmup_sent, "ok": self.warmup_ok},
             "timeline": self.timeline_summary(),
@@ -313,10 +320,11 @@ class _Worker:
         status = 0
         ttft: float | None = None
         complete = False
+        code: str | None = None
         error: str | None = None
         try:
             async with asyncio.timeout(intended + spec.timeout_s - started):
-                status, ttft, complete = await client.send(intended)
+                status, ttft, complete, code = await client.send(intended)
         except TimeoutError:
             error = "timeout"
         except asyncio.CancelledError:
@@ -332,6 +340,9 @@ class _Worker:
         result.send_lag.record(int((started - intended) * 1_000_000))
         if status:
             result.status[status] = result.status.get(status, 0) + 1
+        if code is not None:
+            key = f"{status} {code}"
+            result.codes[key] = result.codes.get(key, 0) + 1
         latency_us = int((end - intended) * 1_000_000)
         if error is not None:
             if error in ("timeout", "cancelled"):

@@ -210,6 +210,9 @@ def _warnings(entries: Sequence[Mapping[str, Any]]) -> list[str]:
         if s.get("errors"):
             errors = ", ".join(f"{k}: {v}" for k, v in s["errors"].items())
             out.append(f"- {label}: failures: {errors}.")
+        if s.get("codes"):
+            codes = ", ".join(f"{k}: {v}" for k, v in s["codes"].items())
+            out.append(f"- {label}: non-2xx answers by error code: {codes}.")
     return out
 
 

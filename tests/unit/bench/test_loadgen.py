@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import itertools
+import json
 import statistics
 import time
 
 import pytest
 
 from bench.clients import CLIENTS as ALL_CLIENTS
-from bench.clients import has_content
+from bench.clients import error_code, has_content
 from bench.loadgen import LoadResult, LoadSpec, run_load
 from tests.unit.bench.tinyserver import Action, Drop, Hang, Reply, Sse, serving
 
@@ -40,6 +41,10 @@ def spec(url: str, **overrides: object) -> LoadSpec:
 
 async def load(s: LoadSpec) -> LoadResult:
     return await asyncio.to_thread(run_load, s)
+
+
+def envelope(code: str | None, kind: str = "server_error") -> bytes:
+    return json.dumps({"error": {"message": "m", "type": kind, "param": None, "code": code}}).encode()
 
 
 def assert_accounted(result: LoadResult) -> None:
@@ -80,7 +85,14 @@ async def test_answers_after_the_window_end_are_late_not_completed() -> None:
 
 @pytest.mark.parametrize("client", CLIENTS)
 async def test_rejections_failures_and_timeouts_are_counted_apart(client: str) -> None:
-    script: list[Action] = [Reply(), Reply(status=429), Reply(status=503), Reply(status=500), Drop(), Hang(seconds=1.0)]
+    script: list[Action] = [
+        Reply(),
+        Reply(status=429, body=envelope("rate_limited", "rate_limit_error")),
+        Reply(status=503, body=envelope("overloaded")),
+        Reply(status=500, body=b"Internal Server Error"),
+        Drop(),
+        Hang(seconds=1.0),
+    ]
     async with serving(lambda seq: script[seq % len(script)]) as server:
         result = await load(spec(server.url, rate=60.0, duration_s=0.5, timeout_s=0.3, client=client))
         tally = dict(server.tally)
@@ -91,6 +103,8 @@ async def test_rejections_failures_and_timeouts_are_counted_apart(client: str) -
     assert result.count("failed") == tally["500"] + tally["drop"]
     assert result.count("timed_out") == tally["hang"]
     assert result.status[500] == tally["500"]
+    # Every non-2xx answer is also counted by its error envelope's code ("-": no envelope).
+    assert result.codes == {"429 rate_limited": tally["429"], "503 overloaded": tally["503"], "500 -": tally["500"]}
     assert result.errors["HTTP 500"] == tally["500"]
     assert sum(n for reason, n in result.errors.items() if reason != "HTTP 500") == tally["drop"]
     assert result.reject_latency.count == result.count("rejected")
@@ -194,11 +208,13 @@ def test_merge_and_serialization_keep_every_count() -> None:
     a.offered, a.counts = 3, [1, 1, 1, 0, 0, 0]
     b.offered, b.counts = 2, [0, 0, 0, 1, 1, 0]
     a.status, b.status = {200: 2, 429: 1}, {500: 1}
+    a.codes, b.codes = {"429 rate_limited": 1}, {"500 -": 1}
     a.latency[0].record(1500)
     b.latency[1].record(2500)
     merged = LoadResult.from_dict(a.to_dict()).merge(LoadResult.from_dict(b.to_dict()))
     assert merged.offered == 5 == sum(merged.counts)
     assert merged.status == {200: 2, 429: 1, 500: 1}
+    assert merged.codes == {"429 rate_limited": 1, "500 -": 1}
     assert merged.latency_total().count == 2
     with pytest.raises(ValueError, match="window"):
         merged.merge(LoadResult(3))
@@ -230,3 +246,19 @@ def test_content_later_in_a_chunk_counts_even_after_an_empty_one() -> None:
     chunk = b'data: {"delta":{"content":""}}\n\ndata: {"delta":{"content":"Hi"}}\n\n'
     assert has_content(chunk)
     assert not has_content(b'data: {"delta":{"content":"')
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b'{"error":{"message":"m","type":"server_error","code":"audit_unavailable"}}', "audit_unavailable"),
+        (b'{"error":{"message":"m","type":"invalid_request_error","code":null}}', "invalid_request_error"),
+        (b'{"detail":"Not Found"}', "-"),
+        (b'{"error":"a string"}', "-"),
+        (b"[1, 2]", "-"),
+        (b"<html>Bad Gateway</html>", "-"),
+        (b"", "-"),
+    ],
+)
+def test_the_error_code_is_the_envelopes_code_then_its_type(body: bytes, code: str) -> None:
+    assert error_code(body) == code

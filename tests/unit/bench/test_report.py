@@ -19,6 +19,9 @@ def entry(target: str, latency_us: int, rejected: int = 0) -> dict[str, Any]:
         result.latency[0].record(latency_us)
     for _ in range(rejected):
         result.reject_latency.record(500)
+    if rejected:
+        result.status[503] = rejected
+        result.codes["503 overloaded"] = rejected
     group = "mock" if target == "direct" else target
     return {
         "target": target,
@@ -66,6 +69,7 @@ def test_failed_peers_rejections_and_noise_are_reported() -> None:
     assert "| litellm | failed | not installed |" in text
     assert "| rejected (429/503) answer time" in text
     assert "other processes used 40 % CPU" in text
+    assert "- portkey @ 10 RPS: non-2xx answers by error code: 503 overloaded: 2." in text
 
 
 def test_header_names_the_server_and_upstream_client_the_run_used() -> None:
