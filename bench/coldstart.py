@@ -59,8 +59,10 @@ print(json.dumps({"import_s": 0.0, "invoke_s": t1 - t0, "status": status, "heavy
 """
 
 
-def _config(mock_url: str) -> dict[str, Any]:
+def _config(mock_url: str, http_client: str | None = None) -> dict[str, Any]:
+    client = {"httpClient": http_client} if http_client else {}
     return {
+        **client,
         "providers": {
             "mock": {
                 "type": "openai-compatible",
@@ -105,7 +107,7 @@ def _summary(rows: list[dict[str, Any]], key: str) -> str:
     return f"{statistics.median(values):.0f} ms ({min(values):.0f}-{max(values):.0f})"
 
 
-def run(runs: int) -> dict[str, Any]:
+def run(runs: int, http_client: str | None = None) -> dict[str, Any]:
     mock = subprocess.Popen(
         [sys.executable, "-m", "tollway.mock", "--host", "127.0.0.1", "--port", "0"],
         stdout=subprocess.PIPE,
@@ -120,7 +122,7 @@ def run(runs: int) -> dict[str, Any]:
             raise RuntimeError(f"mock did not start: {line!r}")
         with tempfile.TemporaryDirectory() as tmp:
             config = Path(tmp) / "llm-router.yml"
-            config.write_text(yaml.safe_dump(_config(mock_url)))
+            config.write_text(yaml.safe_dump(_config(mock_url, http_client)))
             env = {
                 **os.environ,
                 "TOLLWAY_CONFIG": str(config),
@@ -145,10 +147,13 @@ def run(runs: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.coldstart", description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10, help="fresh processes per target (1-100)")
+    parser.add_argument(
+        "--http-client", choices=("h1", "aiohttp", "httpx"), default=None, help="httpClient (default: the config's)"
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.runs <= 100:
         parser.error("--runs must be between 1 and 100")
-    result = run(args.runs)
+    result = run(args.runs, args.http_client)
     gw, direct = result["gateway"], result["direct"]
     statuses = sorted({r["status"] for r in gw + direct})
     heavy = sorted({m for r in gw for m in r["heavy"]})

@@ -48,10 +48,12 @@ def _gateway_line(gateway: Mapping[str, Any], packages: Mapping[str, Any]) -> st
     """Workers, and the versions of the ASGI server and upstream client this run actually used."""
     server = gateway.get("server") or "uvicorn"
     config = gateway.get("config")
-    client = (config.get("httpClient") if isinstance(config, Mapping) else None) or "aiohttp"
+    client = (config.get("httpClient") if isinstance(config, Mapping) else None) or "h1"
+    library = "httptools" if client == "h1" else client  # h1 is Tollway's own client on httptools
+    version = f"{library} {packages.get(library)}" if client == "h1" else str(packages.get(library))
     return (
         f"{gateway.get('workers')} worker(s); tollway {packages.get('tollway')}, "
-        f"{server} {packages.get(server)}, upstream client {client} {packages.get(client)}"
+        f"{server} {packages.get(server)}, upstream client {client} {version}"
     )
 
 

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 from collections.abc import AsyncIterator
 
 import orjson
 import pytest
 
+from tests.support.transports import transport_settings
 from tollway.exceptions import UpstreamCategory, UpstreamError
 from tollway.mock import MockServer
 from tollway.providers.base import UpstreamRequest
-from tollway.transport import HttpClient, TransportSettings, build_transport
+from tollway.transport import HttpClient, build_transport
 
-CLIENTS: list[HttpClient] = ["aiohttp", "httpx"]
+CLIENTS: list[HttpClient] = ["h1", "aiohttp", "httpx"]
 
 
 class CountingProxy:
@@ -56,15 +58,6 @@ async def mock() -> AsyncIterator[MockServer]:
         yield server
 
 
-def _settings(base: str, **kw: float) -> TransportSettings:
-    return TransportSettings(
-        base_url=base + "/v1",
-        connect_timeout_s=kw.get("connect", 1.0),
-        request_timeout_s=kw.get("request", 5.0),
-        stream_idle_timeout_s=kw.get("idle", 5.0),
-    )
-
-
 def _req(stream: bool, **extra: object) -> UpstreamRequest:
     body = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "stream": stream, **extra}
     return UpstreamRequest("chat/completions", orjson.dumps(body), {"content-type": "application/json"}, stream)
@@ -76,7 +69,7 @@ def _port(base_url: str) -> int:
 
 @pytest.mark.parametrize("client", CLIENTS)
 async def test_buffered_send_and_credentials_are_added(client: HttpClient, mock: MockServer) -> None:
-    t = build_transport(client, _settings(mock.base_url), {"authorization": "Bearer sk-x"})
+    t = build_transport(client, transport_settings(mock.base_url), {"authorization": "Bearer sk-x"})
     try:
         status, _, body = await t.send(_req(False))
         assert status == 200 and b"hello" in body
@@ -89,13 +82,13 @@ async def test_buffered_send_and_credentials_are_added(client: HttpClient, mock:
 async def test_finished_streams_reuse_one_connection(client: HttpClient, mock: MockServer) -> None:
     proxy = CountingProxy(_port(mock.base_url))
     async with proxy as base:
-        t = build_transport(client, _settings(base), {})
+        t = build_transport(client, transport_settings(base), {})
         try:
             for _ in range(5):
                 async with t.stream(_req(True)) as resp:
                     data = b"".join([c async for c in resp.aiter_bytes()])
                     assert resp.status == 200 and b"[DONE]" in data
-            if client == "aiohttp":
+            if client in ("h1", "aiohttp"):
                 assert proxy.connections == 1, "a stream read to its end returns its connection to the pool"
             else:
                 assert proxy.connections >= 1
@@ -107,7 +100,7 @@ async def test_finished_streams_reuse_one_connection(client: HttpClient, mock: M
 async def test_abandoned_stream_closes_its_connection(client: HttpClient, mock: MockServer) -> None:
     proxy = CountingProxy(_port(mock.base_url))
     async with proxy as base:
-        t = build_transport(client, _settings(base), {})
+        t = build_transport(client, transport_settings(base), {})
         try:
             for _ in range(2):
                 async with t.stream(_req(True)) as resp:
@@ -131,7 +124,7 @@ async def test_connect_failure_is_typed(client: HttpClient) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    t = build_transport(client, _settings(f"http://127.0.0.1:{port}"), {})
+    t = build_transport(client, transport_settings(f"http://127.0.0.1:{port}"), {})
     try:
         with pytest.raises(UpstreamError) as info:
             await t.send(_req(False))
@@ -143,7 +136,7 @@ async def test_connect_failure_is_typed(client: HttpClient) -> None:
 
 @pytest.mark.parametrize("client", CLIENTS)
 async def test_read_timeout_and_stream_idle_timeout_are_typed(client: HttpClient, mock: MockServer) -> None:
-    t = build_transport(client, _settings(mock.base_url, request=0.2, idle=0.2), {})
+    t = build_transport(client, transport_settings(mock.base_url, request=0.2, idle=0.2), {})
     try:
         req = _req(False)
         slow = UpstreamRequest(req.path, req.body, {**req.headers, "x-mock-delay-ms": "1000"}, False)
@@ -169,14 +162,7 @@ class Timing:
 
 @pytest.mark.parametrize("client", CLIENTS)
 async def test_connect_timing_tells_a_new_connection_from_a_reused_one(client: HttpClient, mock: MockServer) -> None:
-    settings = TransportSettings(
-        base_url=mock.base_url + "/v1",
-        connect_timeout_s=1.0,
-        request_timeout_s=5.0,
-        stream_idle_timeout_s=5.0,
-        trace_connect=True,
-    )
-    t = build_transport(client, settings, {})
+    t = build_transport(client, dataclasses.replace(transport_settings(mock.base_url), trace_connect=True), {})
     try:
         first, second, streamed = Timing(), Timing(), Timing()
         await t.send(_req(False), first)
@@ -192,7 +178,7 @@ async def test_connect_timing_tells_a_new_connection_from_a_reused_one(client: H
 
 @pytest.mark.parametrize("client", CLIENTS)
 async def test_without_tracing_nothing_is_timed(client: HttpClient, mock: MockServer) -> None:
-    t = build_transport(client, _settings(mock.base_url), {})
+    t = build_transport(client, transport_settings(mock.base_url), {})
     try:
         timing = Timing()
         await t.send(_req(False), timing)

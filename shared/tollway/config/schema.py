@@ -305,7 +305,7 @@ class RouterConfig(_Model):
     maxConcurrentRequests: int = 1024
     maxConcurrentStreams: int = 512
     unsupportedParameterPolicy: str = "reject"
-    httpClient: Literal["aiohttp", "httpx"] = "aiohttp"
+    httpClient: Literal["h1", "aiohttp", "httpx"] = "h1"
     """The upstream HTTP client library (docs/benchmarks.md has the numbers behind the default)."""
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)

@@ -9,11 +9,15 @@ from tollway.transport.base import Transport, TransportSettings, UpstreamStream
 
 __all__ = ["HttpClient", "Transport", "TransportSettings", "UpstreamStream", "build_transport"]
 
-HttpClient = Literal["aiohttp", "httpx"]
+HttpClient = Literal["h1", "aiohttp", "httpx"]
 
 
 def build_transport(client: HttpClient, settings: TransportSettings, auth_headers: Mapping[str, str]) -> Transport:
     """Build the deployment's client at publication; the library is imported only when chosen."""
+    if client == "h1":
+        from tollway.transport.h1 import H1Transport
+
+        return H1Transport(settings, auth_headers)
     if client == "aiohttp":
         from tollway.transport.aiohttp_client import AiohttpTransport
 

@@ -1,7 +1,8 @@
 """The transport interface: what the gateway needs from an upstream HTTP client.
 
-Two implementations sit behind it (``httpx`` and ``aiohttp``); which one a deployment uses is
-chosen at publication (``httpClient`` in ``llm-router.yml``), with numbers in docs/benchmarks.md.
+Three implementations sit behind it (``h1``, the default, on httptools; ``aiohttp``; ``httpx``);
+which one a deployment uses is chosen at publication (``httpClient`` in ``llm-router.yml``), with
+numbers in docs/benchmarks.md.
 """
 
 from __future__ import annotations

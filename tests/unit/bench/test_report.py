@@ -74,9 +74,13 @@ def test_failed_peers_rejections_and_noise_are_reported() -> None:
 
 def test_header_names_the_server_and_upstream_client_the_run_used() -> None:
     packages = {"tollway": "0.1.0", "uvicorn": "0.54.0", "granian": "2.8.7", "aiohttp": "3.13.2", "httpx": "0.28.1"}
+    packages["httptools"] = "0.7.1"
     granian = {"packages": packages, "gateway": {"workers": 2, "server": "granian", "config": {}}}
     line = next(x for x in render_summary(granian, results()).splitlines() if x.startswith("| Gateway"))
-    assert "granian 2.8.7" in line and "upstream client aiohttp 3.13.2" in line and "uvicorn" not in line
+    assert "granian 2.8.7" in line and "upstream client h1 httptools 0.7.1" in line and "uvicorn" not in line
+    aiohttp = {"packages": packages, "gateway": {"workers": 2, "config": {"httpClient": "aiohttp"}}}
+    line = next(x for x in render_summary(aiohttp, results()).splitlines() if x.startswith("| Gateway"))
+    assert "upstream client aiohttp 3.13.2" in line
     httpx = {"packages": packages, "gateway": {"workers": 2, "config": {"httpClient": "httpx"}}}
     line = next(x for x in render_summary(httpx, results()).splitlines() if x.startswith("| Gateway"))
     assert "uvicorn 0.54.0" in line and "upstream client httpx 0.28.1" in line

@@ -1,0 +1,566 @@
+"""The ``h1`` transport: a lean HTTP/1.1 client on httptools (llhttp) and asyncio protocols.
+
+Every request a deployment sends has the same shape: a POST of a JSON body to one host, with
+the codec's constant headers and the deployment's credential. A general client (aiohttp,
+httpx) builds header multidicts, URL objects, timers, trace hooks and stream readers for each
+one; measured in one process against the mock, aiohttp cost about 200 µs of CPU per buffered
+request and this client about 65 µs (docs/benchmarks.md, *Decision: the h1 upstream client*).
+
+What it does, and nothing more:
+
+- **Pool.** Keep-alive connections to the base URL's host, reused last-in first-out; at most
+  ``max_connections`` open (a request beyond waits for one, within its connect timeout, then
+  fails as ``OVERLOADED``). A connection idle for 30 s, one the server closed or marked
+  ``Connection: close``, one whose response was not read to its end, and one that failed is
+  closed, never reused.
+- **Requests.** The request head is rendered once per (path, header mapping) and cached; a
+  request adds only its ``content-length``. Header names and values are checked once, when
+  rendered: a CR, LF or NUL is refused (no header injection). The credential headers are the
+  deployment's; nothing in a request can change the host, the path's base or the credential.
+  ``accept-encoding: identity``; a ``gzip`` or ``deflate`` body is decoded all the same, any
+  other content encoding fails as ``MALFORMED``.
+- **Responses.** httptools parses status, headers and body (content-length, chunked, or until
+  close). Header names are lower-cased into a plain dict (the last value of a repeated header).
+  A buffered response over ``max_response_bytes`` fails as ``MALFORMED``. A stream's chunks are
+  queued as they arrive; above 256 KiB queued (a slow client) the socket stops being read until
+  the consumer catches up, so memory stays bounded.
+- **Timeouts.** Connect: ``connect_timeout_s`` for TCP (and TLS). Buffered: the whole response
+  within ``request_timeout_s``. Streamed: headers, then each chunk, within
+  ``min(stream_idle_timeout_s, request_timeout_s)`` of the last one, checked by one timer per
+  period, not one per chunk; time the consumer spends not reading does not count.
+- **Cancellation.** A cancelled call, or a stream left before its end, aborts its connection:
+  that is what cancels the upstream call.
+- **TLS.** ``https://`` base URLs use the system's default trust store and verify the host name,
+  offering only ``http/1.1`` in ALPN. No proxies from the environment, no cookies, no redirects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import urllib.parse
+import zlib
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import httptools
+
+from tollway.exceptions import UpstreamCategory, UpstreamError
+from tollway.providers.base import UpstreamRequest
+from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, TransportSettings
+
+__all__ = ["H1Stream", "H1Transport"]
+
+KEEPALIVE_S: Final = 30.0
+"""How long an idle pooled connection may be reused (servers commonly keep them 60 s or more)."""
+PAUSE_BYTES: Final = 256 * 1024
+"""Queued stream bytes above which the socket stops being read."""
+_HEAD_CACHE_MAX: Final = 64
+_DRAIN_S: Final = 0.05
+"""How long a stream left right after its last event may take to deliver its end (the chunked
+trailer) so its connection can be reused; after that it is closed instead."""
+_FORBIDDEN: Final = frozenset("\r\n\0")
+_CONNECTION_LOST: Final = "connection lost"
+
+
+class _Failure(Exception):
+    """A connection-level failure, mapped to an ``UpstreamError`` at the transport's boundary."""
+
+    def __init__(self, category: UpstreamCategory, detail: str) -> None:
+        super().__init__(detail)
+        self.category = category
+        self.detail = detail
+
+
+def _error(exc: BaseException, status: int | None = None) -> UpstreamError:
+    """The ``UpstreamError`` for a failure inside this client (never the URL or a header)."""
+    if isinstance(exc, UpstreamError):
+        return exc
+    if isinstance(exc, _Failure):
+        return UpstreamError(exc.category, status=status, detail=exc.detail)
+    if isinstance(exc, TimeoutError):
+        return UpstreamError(UpstreamCategory.TIMEOUT, status=status, detail="read timeout")
+    if isinstance(exc, httptools.HttpParserError):
+        return UpstreamError(UpstreamCategory.SERVER, status=status, detail=f"{_CONNECTION_LOST} (malformed response)")
+    return UpstreamError(UpstreamCategory.SERVER, status=status, detail=f"{_CONNECTION_LOST} ({type(exc).__name__})")
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection, carrying one request at a time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self._name = ""
+        self.chunks: deque[bytes] = deque()
+        self.queued = 0
+        self.received = 0
+        self.limit: int | None = None
+        """Buffered: the most body bytes accepted; more fails the response."""
+        self.complete = False
+        self.keep_alive = False
+        self.error: BaseException | None = None
+        self.head_waiter: asyncio.Future[None] | None = None
+        self.body_waiter: asyncio.Future[None] | None = None
+        self.paused = False
+        self.last_data = 0.0
+        self.decoder: Any = None
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports do not subclass asyncio's
+
+    def data_received(self, data: bytes) -> None:
+        self.last_data = self.loop.time()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(_Failure(UpstreamCategory.SERVER, f"{_CONNECTION_LOST} (unexpected upgrade)"))
+        except httptools.HttpParserCallbackError as exc:  # a callback raised: a limit, or zlib.error
+            cause = exc.__context__
+            self._fail(cause if isinstance(cause, _Failure) else exc)
+        except Exception as exc:  # HttpParserError: not HTTP/1.1
+            self._fail(exc)
+
+    def eof_received(self) -> bool:
+        return False  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.complete or self.error is not None:
+            return
+        if self.status and "transfer-encoding" not in self.headers and "content-length" not in self.headers:
+            self._flush_decoder()  # a body delimited by the end of the connection: it is whole
+            self._complete()
+            return
+        self._fail(exc or _Failure(UpstreamCategory.SERVER, f"{_CONNECTION_LOST} (closed by the server)"))
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        self.headers[key] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if status < 200:
+            self.headers = {}  # an interim 1xx answer: the real one follows
+            return
+        self.status = status
+        encoding = self.headers.get("content-encoding", "identity").strip().lower()
+        if encoding in ("gzip", "x-gzip"):
+            self.decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            self.decoder = zlib.decompressobj()
+        elif encoding not in ("identity", ""):
+            raise _Failure(UpstreamCategory.MALFORMED, "unsupported content encoding")
+        waiter = self.head_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        if self.decoder is not None:
+            body = self.decoder.decompress(body)
+            if not body:
+                return
+        self.received += len(body)
+        if self.limit is not None and self.received > self.limit:
+            raise _Failure(UpstreamCategory.MALFORMED, "response too large")
+        self.chunks.append(body)
+        self.queued += len(body)
+        if self.limit is None and self.queued > PAUSE_BYTES and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        if self.status == 0:
+            return  # the end of an interim 1xx answer
+        self._flush_decoder()
+        self.keep_alive = self.parser.should_keep_alive()
+        self._complete()
+
+    def _flush_decoder(self) -> None:
+        if self.decoder is not None:
+            rest = self.decoder.flush()
+            if rest:
+                self.chunks.append(rest)
+                self.queued += len(rest)
+
+    def _complete(self) -> None:
+        self.complete = True
+        head = self.head_waiter
+        if head is not None and not head.done():
+            head.set_result(None)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.body_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+        for waiter in (self.head_waiter, self.body_waiter):
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+        self.abort()
+
+    def take(self) -> bytes:
+        """Everything queued, as one ``bytes``; resumes reading if it was paused."""
+        chunks = self.chunks
+        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self.queued = 0
+        if self.paused and self.transport is not None and not self.closed:
+            self.paused = False
+            self.last_data = self.loop.time()  # the pause was ours, not the server's
+            self.transport.resume_reading()
+        return data
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def reusable(self) -> bool:
+        return self.complete and self.keep_alive and not self.closed and self.error is None
+
+
+def _check_header(name: str, value: str) -> tuple[str, str]:
+    if not name or _FORBIDDEN.intersection(name) or _FORBIDDEN.intersection(value) or ":" in name:
+        raise ValueError(f"header {name!r} has a character HTTP/1.1 does not allow")
+    return name, value
+
+
+class H1Transport:
+    def __init__(self, settings: TransportSettings, auth_headers: Mapping[str, str]) -> None:
+        self.settings = settings
+        parts = urllib.parse.urlsplit(settings.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("the h1 transport needs an http:// or https:// base URL with a host")
+        self._host = parts.hostname
+        self._tls = parts.scheme == "https"
+        self._port = parts.port or (443 if self._tls else 80)
+        default_port = self._port == (443 if self._tls else 80)
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        self._authority = host if default_port else f"{host}:{self._port}"
+        self._base_path = parts.path.rstrip("/") + "/"
+        self._auth = [_check_header(k, v) for k, v in auth_headers.items()]
+        self._heads: dict[int, tuple[object, str, bytes]] = {}
+        self._ssl: ssl.SSLContext | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._idle: list[_Connection] = []
+        self._closed = False
+        """``aclose`` was called: a connection in use is closed when its call ends, not pooled."""
+        self._open = 0
+        self._slot_waiters: deque[asyncio.Future[None]] = deque()
+        self._buffered_s = settings.request_timeout_s
+        self._stream_idle_s = min(settings.stream_idle_timeout_s, settings.request_timeout_s)
+
+    def __repr__(self) -> str:
+        return f"H1Transport(max_connections={self.settings.max_connections})"
+
+    # request heads
+    def _head(self, req: UpstreamRequest) -> bytes:
+        headers = req.headers
+        cached = self._heads.get(id(headers))
+        if cached is not None and cached[0] is headers and cached[1] == req.path:
+            prefix = cached[2]
+        else:
+            prefix = self._render(req.path, headers)
+            if len(self._heads) >= _HEAD_CACHE_MAX:
+                self._heads.clear()
+            self._heads[id(headers)] = (headers, req.path, prefix)  # holds ``headers``: its id stays unique
+        return prefix + b"%d\r\n\r\n" % len(req.body)
+
+    def _render(self, path: str, headers: Mapping[str, str]) -> bytes:
+        target = self._base_path + path.lstrip("/")
+        if _FORBIDDEN.intersection(target) or " " in target:
+            raise ValueError("the request path has a character HTTP/1.1 does not allow")
+        fixed = {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
+        auth_names = {k.lower() for k, _ in self._auth}
+        lines = [f"POST {target} HTTP/1.1", f"host: {self._authority}", "accept-encoding: identity"]
+        for name, value in headers.items():
+            lower = name.lower()
+            if lower in fixed or lower in auth_names:
+                continue  # the transport's own, or the credential: a request cannot set them
+            checked, text = _check_header(name, value)
+            lines.append(f"{checked}: {text}")
+        lines += [f"{name}: {value}" for name, value in self._auth]
+        lines.append("content-length: ")
+        return "\r\n".join(lines).encode("latin-1")
+
+    # the pool
+    def _bind(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            # First use, or a new event loop (connections and futures belong to the old one).
+            for conn in self._idle:
+                conn.abort()
+            self._idle.clear()
+            self._open = 0
+            self._slot_waiters.clear()
+            self._loop = loop
+        return loop
+
+    async def _acquire(self, timing: ConnectTiming | None) -> _Connection:
+        loop = self._bind()
+        self._closed = False  # used again after aclose (as aiohttp reopens its session)
+        now = loop.time()
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and now - conn.idle_since < KEEPALIVE_S:
+                if timing is not None:
+                    timing.connect_s = 0.0
+                return conn
+            conn.abort()
+            self._open -= 1
+        started = now
+        deadline = started + self.settings.connect_timeout_s
+        if self._open >= self.settings.max_connections:
+            await self._wait_for_slot(loop, deadline)
+            if idle:  # released while we waited
+                return await self._acquire(timing)
+        self._open += 1
+        try:
+            conn = await self._connect(loop, deadline)
+        except BaseException:
+            self._open -= 1
+            self._wake_slot()
+            raise
+        if timing is not None:
+            timing.connect_s = loop.time() - started
+        return conn
+
+    async def _wait_for_slot(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        while self._open >= self.settings.max_connections and not self._idle:
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._slot_waiters.append(waiter)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await waiter
+            except TimeoutError:
+                raise _Failure(UpstreamCategory.OVERLOADED, "connection pool exhausted") from None
+            finally:
+                if waiter in self._slot_waiters:
+                    self._slot_waiters.remove(waiter)
+
+    def _wake_slot(self) -> None:
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop, deadline: float) -> _Connection:
+        tls: ssl.SSLContext | None = None
+        if self._tls:
+            tls = self._ssl
+            if tls is None:
+                tls = self._ssl = ssl.create_default_context()
+                tls.set_alpn_protocols(["http/1.1"])
+        try:
+            async with asyncio.timeout_at(deadline):
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(loop),
+                    self._host,
+                    self._port,
+                    ssl=tls,
+                    server_hostname=self._host if tls is not None else None,
+                )
+        except TimeoutError:
+            raise _Failure(UpstreamCategory.CONNECT, "connect timeout") from None
+        except ssl.SSLError:
+            raise _Failure(UpstreamCategory.CONNECT, "TLS handshake failed") from None
+        except OSError:
+            raise _Failure(UpstreamCategory.CONNECT, "connect failed") from None
+        return conn
+
+    def _release(self, conn: _Connection) -> None:
+        """Back to the pool if its response was read whole and it stays open; else closed."""
+        if conn.reusable() and self._loop is conn.loop and not self._closed:
+            conn._reset()
+            conn.idle_since = conn.loop.time()
+            self._idle.append(conn)
+        else:
+            conn.abort()
+            if self._loop is conn.loop:
+                self._open -= 1
+        self._wake_slot()
+
+    def _write(self, conn: _Connection, req: UpstreamRequest, limit: int | None) -> None:
+        head = self._head(req)
+        conn.limit = limit
+        conn.last_data = conn.loop.time()
+        conn.head_waiter = conn.loop.create_future()
+        transport = conn.transport
+        assert transport is not None
+        body = req.body
+        if len(body) < 65536:
+            transport.write(head + body)
+        else:
+            transport.writelines((head, body))
+
+    # the interface
+    async def send(
+        self, req: UpstreamRequest, timing: ConnectTiming | None = None
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        timing = timing if self.settings.trace_connect else None
+        try:
+            conn = await self._acquire(timing)
+        except _Failure as exc:
+            raise _error(exc) from None
+        try:
+            self._write(conn, req, self.settings.max_response_bytes)
+            waiter = conn.head_waiter
+            assert waiter is not None
+            timer = conn.loop.call_later(self._buffered_s, conn._fail, TimeoutError())
+            try:
+                while not conn.complete and conn.error is None:
+                    await waiter
+                    if not conn.complete and conn.error is None:
+                        waiter = conn.body_waiter = conn.loop.create_future()
+            finally:
+                timer.cancel()
+            if conn.error is not None:
+                raise _error(conn.error, conn.status or None)
+            status, headers, body = conn.status, conn.headers, conn.take()
+        except BaseException:
+            conn.abort()  # a failure, a timeout or a cancellation: the connection is not reused
+            self._release(conn)
+            raise
+        self._release(conn)
+        return status, headers, body
+
+    @asynccontextmanager
+    async def stream(self, req: UpstreamRequest, timing: ConnectTiming | None = None) -> AsyncIterator[H1Stream]:
+        timing = timing if self.settings.trace_connect else None
+        try:
+            conn = await self._acquire(timing)
+        except _Failure as exc:
+            raise _error(exc) from None
+        finished = False
+        watchdog = _Watchdog(conn, self._stream_idle_s)
+        try:
+            self._write(conn, req, None)
+            waiter = conn.head_waiter
+            assert waiter is not None
+            await waiter
+            if conn.error is not None:
+                raise _error(conn.error, conn.status or None)
+            yield H1Stream(conn)
+            finished = True
+        finally:
+            watchdog.cancel()
+            if finished and not conn.complete:
+                await _drain(conn)
+            if not (finished and conn.complete):
+                conn.abort()  # left before its end: closing the connection cancels the upstream call
+            self._release(conn)
+
+    async def aclose(self) -> None:
+        """Close the idle connections; one still in use is closed when its call ends."""
+        self._closed = True
+        for conn in self._idle:
+            conn.abort()
+        self._open -= len(self._idle)
+        self._idle.clear()
+        await asyncio.sleep(0)
+
+
+async def _drain(conn: _Connection) -> None:
+    """Let a stream left after its last event deliver its end (the chunked trailer), briefly and
+    bounded in bytes, so its connection can be reused; a provider that keeps sending is cut off."""
+    started = conn.received
+    try:
+        async with asyncio.timeout(_DRAIN_S):
+            while not conn.complete and conn.error is None and not conn.closed:
+                conn.take()
+                if conn.received - started > 65536:
+                    return
+                waiter = conn.body_waiter = conn.loop.create_future()
+                await waiter
+    except TimeoutError:
+        return
+
+
+class _Watchdog:
+    """A stream's idle timeout: one timer per period, re-armed from the last data, not per chunk.
+
+    Time the socket spends paused (the consumer is behind) does not count: resuming resets the
+    clock.
+    """
+
+    __slots__ = ("_conn", "_handle", "_idle_s")
+
+    def __init__(self, conn: _Connection, idle_s: float) -> None:
+        self._conn = conn
+        self._idle_s = idle_s
+        self._handle = conn.loop.call_later(idle_s, self._check)
+
+    def _check(self) -> None:
+        conn = self._conn
+        if conn.complete or conn.error is not None or conn.closed:
+            return
+        now = conn.loop.time()
+        if conn.paused:
+            self._handle = conn.loop.call_later(self._idle_s, self._check)
+            return
+        left = conn.last_data + self._idle_s - now
+        if left <= 0:
+            conn._fail(TimeoutError())
+            return
+        self._handle = conn.loop.call_later(left, self._check)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
+class H1Stream:
+    """An open streamed response on one connection."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: _Connection) -> None:
+        self._conn = conn
+
+    @property
+    def status(self) -> int:
+        return self._conn.status
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._conn.headers
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        while True:
+            if conn.chunks:
+                yield conn.take()
+                continue
+            if conn.error is not None:
+                raise _error(conn.error, conn.status or None)
+            if conn.complete:
+                return
+            waiter = conn.body_waiter = conn.loop.create_future()
+            await waiter
+
+    async def read_bounded(self, limit: int = MAX_ERROR_BODY) -> bytes:
+        out = bytearray()
+        async for chunk in self.aiter_bytes():
+            out += chunk
+            if len(out) >= limit:
+                break
+        return bytes(out[:limit])
