@@ -187,6 +187,33 @@ async def test_connection_close_and_a_close_delimited_body() -> None:
         assert (await t.send(request()))[2] == b'{"whole":true}'
 
 
+async def test_bytes_on_an_idle_connection_are_not_taken_for_the_next_answer() -> None:
+    async def then_408(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(answer(200, b'{"n":1}'))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(answer(408, b"idle too long"))  # unsolicited, and the connection stays open
+        await writer.drain()
+        await reader.read()
+
+    async def fresh(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if server.connections == 1:
+            await then_408(reader, writer)
+            return
+        await server.read_request(reader)
+        writer.write(answer(200, b'{"n":2}'))
+        await writer.drain()
+        await reader.read()
+
+    server = Scripted(fresh)
+    async with server as base, transport(base) as t:
+        assert (await t.send(request()))[2] == b'{"n":1}'
+        await asyncio.sleep(0.2)
+        assert await t.send(request()) == (200, {"content-length": "7"}, b'{"n":2}')
+    assert server.connections == 2
+
+
 async def test_a_server_that_dies_mid_body_is_a_server_error() -> None:
     async def dies(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.read_request(reader)

@@ -37,6 +37,7 @@ What it does, and nothing more:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import urllib.parse
 import zlib
@@ -101,7 +102,6 @@ class _Connection(asyncio.Protocol):
     def _reset(self) -> None:
         self.status = 0
         self.headers: dict[str, str] = {}
-        self._name = ""
         self.chunks: deque[bytes] = deque()
         self.queued = 0
         self.received = 0
@@ -121,6 +121,11 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports do not subclass asyncio's
 
     def data_received(self, data: bytes) -> None:
+        if self.head_waiter is None:
+            # Bytes on an idle pooled connection (a server's 408 before it closes, say) answer
+            # no request of ours: the connection is not reused, nor its bytes taken for an answer.
+            self._fail(_Failure(UpstreamCategory.SERVER, f"{_CONNECTION_LOST} (unsolicited data)"))
+            return
         self.last_data = self.loop.time()
         try:
             self.parser.feed_data(data)
@@ -307,7 +312,8 @@ class H1Transport:
         if self._loop is not loop:
             # First use, or a new event loop (connections and futures belong to the old one).
             for conn in self._idle:
-                conn.abort()
+                with contextlib.suppress(RuntimeError):  # its loop may be closed already
+                    conn.abort()
             self._idle.clear()
             self._open = 0
             self._slot_waiters.clear()
