@@ -35,7 +35,7 @@ from typing import Any, Final, Protocol
 from tollway.audit.sinks import (
     MAX_MESSAGE_BYTES,
     MAX_MESSAGE_EVENTS,
-    MESSAGE_VERSION,
+    MESSAGE_HEAD,
     AuditSink,
     SinkUnavailable,
     UsageFanOut,
@@ -45,7 +45,7 @@ __all__ = ["Shipper", "WalRecordView", "WalSource"]
 
 log = logging.getLogger("tollway.audit")
 
-_HEAD: Final = b'{"v":%d,"events":[' % MESSAGE_VERSION
+_HEAD: Final = MESSAGE_HEAD
 _TAIL: Final = b"]}"
 _ENVELOPE_BYTES: Final = len(_HEAD) + len(_TAIL)
 

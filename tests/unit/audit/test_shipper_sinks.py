@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from tollway.audit.sinks import SQS_BATCH_BYTES, SinkUnavailable, SqsSink
+from tollway.audit.shipper import _messages
+from tollway.audit.sinks import SQS_BATCH_BYTES, SinkUnavailable, SqsSink, _first_request_id
 
 
 @dataclass
@@ -129,3 +130,30 @@ def test_kafka_checksums_run_in_c_and_a_pure_python_fallback_is_reported_once(
     assert [r.getMessage() for r in caplog.records] == [
         "kafka-python is checksumming in pure Python: install kafka-python[crc32c] for the audit sink"
     ]
+
+
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        # As the shipper writes them: only the first event is decoded.
+        (b'{"v":1,"events":[{"requestId":"req_a","kind":"k"},{"requestId":"req_b"}]}', b"req_a"),
+        (b'{"v":1,"events":[{"kind":"k","body":{"requestId":"inner"},"requestId":"req_c"}]}', b"req_c"),
+        # Any other spelling of the envelope is decoded whole.
+        (b'{ "v": 1, "events": [ {"requestId": "req_d"} ] }', b"req_d"),
+        (b'{"events":[{"requestId":"req_e"}],"v":1}', b"req_e"),
+        # No key: the producer spreads such messages.
+        (b'{"v":1,"events":[{"kind":"k"}]}', None),
+        (b'{"v":1,"events":[{"requestId":7}]}', None),
+        (b'{"v":1,"events":[]}', None),
+        (b'{"v":1,"events":[not json', None),
+        (b"\xff\xfe", None),
+    ],
+)
+def test_the_kafka_key_is_the_first_events_request_id(body: bytes, key: bytes | None) -> None:
+    assert _first_request_id(body) == key
+
+
+def test_the_kafka_key_of_a_full_shipper_message_is_read_from_its_first_event() -> None:
+    payloads = [json.dumps({"requestId": f"req_{n}", "pad": "x" * 3000}).encode() for n in range(64)]
+    (message,) = _messages(payloads)
+    assert _first_request_id(message) == b"req_0"
