@@ -14,7 +14,10 @@ import contextlib
 import datetime
 import gzip
 import ipaddress
+import socket
 import ssl
+import struct
+import tracemalloc
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -135,6 +138,9 @@ async def test_the_request_head_is_the_transports_and_the_credential_cannot_be_o
 async def test_a_header_with_a_line_break_is_refused() -> None:
     with pytest.raises(ValueError, match="does not allow"):
         build_transport("h1", transport_settings("http://127.0.0.1:9"), {"authorization": "Bearer x\r\nx-injected: 1"})
+    for name in ("host ", "x:y", "", "x-ä"):
+        with pytest.raises(ValueError, match="does not allow"):
+            build_transport("h1", transport_settings("http://127.0.0.1:9"), {name: "v"})
     server = scripted(replies(answer(200, b"{}")))
     async with server as base, transport(base) as t:
         with pytest.raises(ValueError, match="does not allow"):
@@ -167,6 +173,19 @@ async def test_an_unknown_encoding_and_an_oversized_body_are_malformed() -> None
         with pytest.raises(UpstreamError) as info:
             await t.send(request())
     assert info.value.category is UpstreamCategory.MALFORMED and info.value.detail == "response too large"
+    assert info.value.status == 200
+    bomb = gzip.compress(b"\0" * (64 << 20))  # 64 MiB of zeros in about 64 KiB
+    server = scripted(replies(answer(200, bomb, "content-encoding: gzip")))
+    async with server as base, transport(base, max_response_bytes=4096) as t:
+        tracemalloc.start()
+        try:
+            with pytest.raises(UpstreamError) as info:
+                await t.send(request())
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert info.value.detail == "response too large"
+    assert peak < 16 << 20, f"inflated {peak} bytes for a 4 KiB limit"
 
 
 async def test_connection_close_and_a_close_delimited_body() -> None:
@@ -214,6 +233,35 @@ async def test_bytes_on_an_idle_connection_are_not_taken_for_the_next_answer() -
     assert server.connections == 2
 
 
+async def test_what_follows_a_complete_answer_is_never_parsed_into_it() -> None:
+    server = scripted(replies(answer(200, b"{}", "x-a: 1") + answer(408, b"idle", "x-b: 2")))
+    async with server as base, transport(base) as t:
+        assert await t.send(request()) == (200, {"content-length": "2", "x-a": "1"}, b"{}")
+        assert t._idle == [], "a connection with bytes after its answer is not reused"
+
+    trailer = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n"
+    trailer += b"3\r\nabc\r\n0\r\ncontent-type: evil\r\n\r\n"
+    server = scripted(replies(trailer))
+    async with server as base, transport(base) as t:
+        status, headers, body = await t.send(request())
+    assert (status, headers["content-type"], body) == (200, "text/plain", b"abc"), "a trailer overwrote a header"
+
+
+async def test_a_reset_cuts_a_close_delimited_body_short_and_is_an_error() -> None:
+    async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n" + b'{"choices":[{"mess')
+        await writer.drain()
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with RST
+
+    server = Scripted(reset)
+    async with server as base, transport(base) as t:
+        with pytest.raises(UpstreamError) as info:
+            await t.send(request())
+    assert info.value.category is UpstreamCategory.SERVER and info.value.status is None
+
+
 async def test_a_server_that_dies_mid_body_is_a_server_error() -> None:
     async def dies(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.read_request(reader)
@@ -225,13 +273,14 @@ async def test_a_server_that_dies_mid_body_is_a_server_error() -> None:
         with pytest.raises(UpstreamError) as info:
             await t.send(request())
         assert info.value.category is UpstreamCategory.SERVER and "connection lost" in info.value.detail
+        assert info.value.status is None, "a failure of the connection carries no status (as with aiohttp)"
         with pytest.raises(UpstreamError) as info:
             async with t.stream(request(stream=True)) as resp:
                 [c async for c in resp.aiter_bytes()]
         assert info.value.category is UpstreamCategory.SERVER
 
 
-async def test_the_pool_is_bounded_and_a_request_beyond_it_waits_then_fails_as_overloaded() -> None:
+async def test_the_pool_is_bounded_and_a_request_beyond_it_waits_for_a_connection() -> None:
     release = asyncio.Event()
 
     async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -245,14 +294,31 @@ async def test_the_pool_is_bounded_and_a_request_beyond_it_waits_then_fails_as_o
     async with server as base, transport(base, max_connections=1, connect=0.3) as t:
         first = asyncio.create_task(t.send(request()))
         await asyncio.sleep(0.05)
-        with pytest.raises(UpstreamError) as info:
-            await t.send(request())  # waits for the one connection, for at most the connect timeout
-        assert info.value.category is UpstreamCategory.OVERLOADED
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(t.send(request()), 0.3)  # the caller's deadline bounds the wait
         second = asyncio.create_task(t.send(request()))
         await asyncio.sleep(0.05)
         release.set()
         assert (await first)[0] == 200 and (await second)[0] == 200
+        assert t._open == 1 and len(t._idle) == 1
     assert server.connections == 1, "the waiting request took the pooled connection"
+
+
+async def test_a_waiter_woken_then_cancelled_passes_its_turn_on() -> None:
+    server = scripted(replies(answer(200, b"{}"), answer(200, b"{}")))
+    async with server as base, transport(base, max_connections=1) as t:
+        await t.send(request())
+        conn = t._idle.pop()  # in use, as far as the pool knows
+        second = asyncio.create_task(t.send(request()))
+        third = asyncio.create_task(t.send(request()))
+        await asyncio.sleep(0.05)
+        t._idle.append(conn)  # it comes back ...
+        t._wake_slot()  # ... and wakes one waiter,
+        second.cancel()  # which is cancelled before it runs
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        assert (await asyncio.wait_for(third, 2))[0] == 200
+    assert server.connections == 1
 
 
 async def test_a_slow_consumer_pauses_the_socket_and_the_idle_timeout_waits_for_it() -> None:
@@ -308,6 +374,57 @@ async def test_a_stream_left_at_its_last_event_waits_briefly_for_its_end_and_is_
                     if b"[DONE]" in data:
                         break
     assert server.connections == 1
+
+
+async def test_a_stream_cancelled_while_it_waits_for_its_end_frees_its_slot() -> None:
+    async def done_never_ends(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + b"e\r\ndata: [DONE]\n\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    server = Scripted(done_never_ends)
+    async with server as base, transport(base, max_connections=1) as t:
+        draining = asyncio.Event()
+
+        async def consume() -> None:
+            async with t.stream(request(stream=True)) as resp:
+                async for data in resp.aiter_bytes():
+                    if b"[DONE]" in data:
+                        break
+                draining.set()  # leaving the context starts the 50 ms wait for the terminator
+
+        task = asyncio.create_task(consume())
+        await draining.wait()
+        await asyncio.sleep(0.01)
+        task.cancel()  # the gateway's deadline, say, in the middle of that wait
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert t._open == 0 and t._idle == [], "the slot leaked"
+        await asyncio.wait_for(server.disconnected.wait(), 2)
+
+
+async def test_a_stream_left_paused_is_not_pooled() -> None:
+    """Its end arrived while the consumer was behind: reading is paused, and the connection with it."""
+
+    async def big_then_end(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        big = b"x" * (PAUSE_BYTES + 4096)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n6\r\ndata: \r\n")
+        writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(big), big))
+        await writer.drain()
+        await reader.read()
+
+    server = Scripted(big_then_end)
+    async with server as base, transport(base) as t:
+        async with t.stream(request(stream=True)) as resp:
+            conn = resp._conn
+            for _ in range(50):
+                if conn.complete:
+                    break
+                await asyncio.sleep(0.02)
+            assert conn.complete and conn.paused
+        assert t._idle == [] and t._open == 0
 
 
 async def test_a_cancelled_send_closes_its_connection_and_frees_its_slot() -> None:

@@ -9,10 +9,10 @@ request and this client about 65 µs (docs/benchmarks.md, *Decision: the h1 upst
 What it does, and nothing more:
 
 - **Pool.** Keep-alive connections to the base URL's host, reused last-in first-out; at most
-  ``max_connections`` open (a request beyond waits for one, within its connect timeout, then
-  fails as ``OVERLOADED``). A connection idle for 30 s, one the server closed or marked
-  ``Connection: close``, one whose response was not read to its end, and one that failed is
-  closed, never reused.
+  ``max_connections`` open (a request beyond waits for one, bounded by the caller's deadline, as
+  with aiohttp). A connection idle for 30 s, one the server closed or marked ``Connection:
+  close``, one whose response was not read to its end, one with bytes after its response, one
+  left paused, and one that failed is closed, never reused.
 - **Requests.** The request head is rendered once per (path, header mapping) and cached; a
   request adds only its ``content-length``. Header names and values are checked once, when
   rendered: a CR, LF or NUL is refused (no header injection). The credential headers are the
@@ -20,7 +20,10 @@ What it does, and nothing more:
   ``accept-encoding: identity``; a ``gzip`` or ``deflate`` body is decoded all the same, any
   other content encoding fails as ``MALFORMED``.
 - **Responses.** httptools parses status, headers and body (content-length, chunked, or until
-  close). Header names are lower-cased into a plain dict (the last value of a repeated header).
+  close). Header names are lower-cased into a plain dict (the last value of a repeated header);
+  chunked trailers are ignored. Failures of the connection (timeouts, a dropped connection, a
+  malformed response) carry no status, as aiohttp's do, so the gateway's retry rules treat them
+  alike.
   A buffered response over ``max_response_bytes`` fails as ``MALFORMED``. A stream's chunks are
   queued as they arrive; above 256 KiB queued (a slow client) the socket stops being read until
   the consumer catches up, so memory stays bounded.
@@ -28,8 +31,10 @@ What it does, and nothing more:
   within ``request_timeout_s``. Streamed: headers, then each chunk, within
   ``min(stream_idle_timeout_s, request_timeout_s)`` of the last one, checked by one timer per
   period, not one per chunk; time the consumer spends not reading does not count.
-- **Cancellation.** A cancelled call, or a stream left before its end, aborts its connection:
-  that is what cancels the upstream call.
+- **Cancellation.** A cancelled call aborts its connection: that is what cancels the upstream
+  call. A stream left without an error before its end (after its last event, say) first gets
+  50 ms to deliver the rest, so a connection whose chunked terminator was in flight is reused;
+  then it is aborted.
 - **TLS.** ``https://`` base URLs use the system's default trust store and verify the host name,
   offering only ``http/1.1`` in ALPN. No proxies from the environment, no cookies, no redirects.
 """
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import ssl
 import urllib.parse
 import zlib
@@ -63,16 +69,24 @@ _DRAIN_S: Final = 0.05
 """How long a stream left right after its last event may take to deliver its end (the chunked
 trailer) so its connection can be reused; after that it is closed instead."""
 _FORBIDDEN: Final = frozenset("\r\n\0")
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""An HTTP field name (RFC 9110 token)."""
 _CONNECTION_LOST: Final = "connection lost"
+
+
+class _Extra(Exception):
+    """A response began after this connection's response was complete: stop parsing."""
 
 
 class _Failure(Exception):
     """A connection-level failure, mapped to an ``UpstreamError`` at the transport's boundary."""
 
-    def __init__(self, category: UpstreamCategory, detail: str) -> None:
+    def __init__(self, category: UpstreamCategory, detail: str, *, with_status: bool = False) -> None:
         super().__init__(detail)
         self.category = category
         self.detail = detail
+        self.with_status = with_status
+        """The response's status belongs in the error (a body too large, an unknown encoding)."""
 
 
 def _error(exc: BaseException, status: int | None = None) -> UpstreamError:
@@ -80,12 +94,12 @@ def _error(exc: BaseException, status: int | None = None) -> UpstreamError:
     if isinstance(exc, UpstreamError):
         return exc
     if isinstance(exc, _Failure):
-        return UpstreamError(exc.category, status=status, detail=exc.detail)
+        return UpstreamError(exc.category, status=status if exc.with_status else None, detail=exc.detail)
     if isinstance(exc, TimeoutError):
-        return UpstreamError(UpstreamCategory.TIMEOUT, status=status, detail="read timeout")
+        return UpstreamError(UpstreamCategory.TIMEOUT, detail="read timeout")
     if isinstance(exc, httptools.HttpParserError):
-        return UpstreamError(UpstreamCategory.SERVER, status=status, detail=f"{_CONNECTION_LOST} (malformed response)")
-    return UpstreamError(UpstreamCategory.SERVER, status=status, detail=f"{_CONNECTION_LOST} ({type(exc).__name__})")
+        return UpstreamError(UpstreamCategory.SERVER, detail=f"{_CONNECTION_LOST} (malformed response)")
+    return UpstreamError(UpstreamCategory.SERVER, detail=f"{_CONNECTION_LOST} ({type(exc).__name__})")
 
 
 class _Connection(asyncio.Protocol):
@@ -108,6 +122,8 @@ class _Connection(asyncio.Protocol):
         self.limit: int | None = None
         """Buffered: the most body bytes accepted; more fails the response."""
         self.complete = False
+        self.in_body = False
+        """The head is parsed: header callbacks from now on are chunked trailers, ignored."""
         self.keep_alive = False
         self.error: BaseException | None = None
         self.head_waiter: asyncio.Future[None] | None = None
@@ -126,6 +142,9 @@ class _Connection(asyncio.Protocol):
             # no request of ours: the connection is not reused, nor its bytes taken for an answer.
             self._fail(_Failure(UpstreamCategory.SERVER, f"{_CONNECTION_LOST} (unsolicited data)"))
             return
+        if self.complete:
+            self._discard()  # bytes after our whole answer: keep the answer, drop the connection
+            return
         self.last_data = self.loop.time()
         try:
             self.parser.feed_data(data)
@@ -133,7 +152,10 @@ class _Connection(asyncio.Protocol):
             self._fail(_Failure(UpstreamCategory.SERVER, f"{_CONNECTION_LOST} (unexpected upgrade)"))
         except httptools.HttpParserCallbackError as exc:  # a callback raised: a limit, or zlib.error
             cause = exc.__context__
-            self._fail(cause if isinstance(cause, _Failure) else exc)
+            if isinstance(cause, _Extra):
+                self._discard()
+            else:
+                self._fail(cause if isinstance(cause, _Failure) else exc)
         except Exception as exc:  # HttpParserError: not HTTP/1.1
             self._fail(exc)
 
@@ -144,16 +166,22 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self.complete or self.error is not None:
             return
-        if self.status and "transfer-encoding" not in self.headers and "content-length" not in self.headers:
+        delimited = "transfer-encoding" in self.headers or "content-length" in self.headers
+        if exc is None and self.in_body and not delimited:
             self._flush_decoder()  # a body delimited by the end of the connection: it is whole
             self._complete()
             return
         self._fail(exc or _Failure(UpstreamCategory.SERVER, f"{_CONNECTION_LOST} (closed by the server)"))
 
     # httptools callbacks
+    def on_message_begin(self) -> None:
+        if self.complete:
+            raise _Extra  # a second response in the same read: never parsed into ours
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        key = name.decode("latin-1").lower()
-        self.headers[key] = value.decode("latin-1")
+        if self.in_body:
+            return  # a chunked trailer: it must not overwrite a header
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -161,25 +189,28 @@ class _Connection(asyncio.Protocol):
             self.headers = {}  # an interim 1xx answer: the real one follows
             return
         self.status = status
+        self.in_body = True
         encoding = self.headers.get("content-encoding", "identity").strip().lower()
         if encoding in ("gzip", "x-gzip"):
             self.decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif encoding == "deflate":
             self.decoder = zlib.decompressobj()
         elif encoding not in ("identity", ""):
-            raise _Failure(UpstreamCategory.MALFORMED, "unsupported content encoding")
+            raise _Failure(UpstreamCategory.MALFORMED, "unsupported content encoding", with_status=True)
         waiter = self.head_waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     def on_body(self, body: bytes) -> None:
         if self.decoder is not None:
-            body = self.decoder.decompress(body)
+            # Buffered: never inflate past the limit (a small compressed body may expand a thousandfold).
+            room = 0 if self.limit is None else self.limit - self.received + 1
+            body = self.decoder.decompress(body, room)
             if not body:
                 return
         self.received += len(body)
         if self.limit is not None and self.received > self.limit:
-            raise _Failure(UpstreamCategory.MALFORMED, "response too large")
+            raise _Failure(UpstreamCategory.MALFORMED, "response too large", with_status=True)
         self.chunks.append(body)
         self.queued += len(body)
         if self.limit is None and self.queued > PAUSE_BYTES and not self.paused and self.transport is not None:
@@ -213,6 +244,11 @@ class _Connection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def _discard(self) -> None:
+        """Keep the complete answer, but close the connection: what followed it is not ours."""
+        self.keep_alive = False
+        self.abort()
+
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
             self.error = exc
@@ -239,11 +275,12 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
     def reusable(self) -> bool:
-        return self.complete and self.keep_alive and not self.closed and self.error is None
+        # A paused socket would never be read again by the next request: close it instead.
+        return self.complete and self.keep_alive and not self.closed and self.error is None and not self.paused
 
 
 def _check_header(name: str, value: str) -> tuple[str, str]:
-    if not name or _FORBIDDEN.intersection(name) or _FORBIDDEN.intersection(value) or ":" in name:
+    if _TOKEN.fullmatch(name) is None or _FORBIDDEN.intersection(value):
         raise ValueError(f"header {name!r} has a character HTTP/1.1 does not allow")
     return name, value
 
@@ -334,11 +371,12 @@ class H1Transport:
             conn.abort()
             self._open -= 1
         started = now
-        deadline = started + self.settings.connect_timeout_s
         if self._open >= self.settings.max_connections:
-            await self._wait_for_slot(loop, deadline)
+            await self._wait_for_slot(loop)
             if idle:  # released while we waited
                 return await self._acquire(timing)
+            started = loop.time()
+        deadline = started + self.settings.connect_timeout_s
         self._open += 1
         try:
             conn = await self._connect(loop, deadline)
@@ -350,18 +388,21 @@ class H1Transport:
             timing.connect_s = loop.time() - started
         return conn
 
-    async def _wait_for_slot(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+    async def _wait_for_slot(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait for a connection to be released or closed; the caller's deadline bounds the wait."""
         while self._open >= self.settings.max_connections and not self._idle:
             waiter: asyncio.Future[None] = loop.create_future()
             self._slot_waiters.append(waiter)
+            woken = False
             try:
-                async with asyncio.timeout_at(deadline):
-                    await waiter
-            except TimeoutError:
-                raise _Failure(UpstreamCategory.OVERLOADED, "connection pool exhausted") from None
+                await waiter
+                woken = True
             finally:
-                if waiter in self._slot_waiters:
-                    self._slot_waiters.remove(waiter)
+                if not woken:
+                    if waiter in self._slot_waiters:
+                        self._slot_waiters.remove(waiter)
+                    elif waiter.done() and not waiter.cancelled():
+                        self._wake_slot()  # woken, then cancelled before it ran: pass the slot on
 
     def _wake_slot(self) -> None:
         while self._slot_waiters:
@@ -470,17 +511,20 @@ class H1Transport:
             finished = True
         finally:
             watchdog.cancel()
-            if finished and not conn.complete:
-                await _drain(conn)
-            if not (finished and conn.complete):
-                conn.abort()  # left before its end: closing the connection cancels the upstream call
-            self._release(conn)
+            try:
+                if finished and not conn.complete:
+                    await _drain(conn)  # may be cancelled (the caller's deadline): the rest runs anyway
+            finally:
+                if not (finished and conn.complete):
+                    conn.abort()  # left before its end: closing the connection cancels the upstream call
+                self._release(conn)
 
     async def aclose(self) -> None:
         """Close the idle connections; one still in use is closed when its call ends."""
         self._closed = True
         for conn in self._idle:
-            conn.abort()
+            with contextlib.suppress(RuntimeError):  # its loop may be closed already
+                conn.abort()
         self._open -= len(self._idle)
         self._idle.clear()
         await asyncio.sleep(0)
