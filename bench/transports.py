@@ -2,14 +2,15 @@
 
 ``python -m bench.transports [--requests 4000] [--concurrency 4] [--repeat 3] [--clients h1,aiohttp,httpx]``
 
-One mock provider (``tollway.mock``, one worker) answers every call. In this process, on uvloop
-as in the gateway's workers, each client is built by ``tollway.transport.build_transport`` with a
-deployment's settings and a credential header, warmed up with 200 calls, then sends
-``--requests`` buffered chat completions (the ``small`` payload) from ``--concurrency`` tasks.
-CPU is this process's ``time.process_time()`` over the calls, per call: only the client and the
-event loop run in it. The **baseline** is the load generator's own client
-(``bench.clients.Http1Client``): a pre-rendered request and a bare httptools parser, the least a
-call can cost here. Clients are interleaved within each repetition, so drift hits all alike.
+One mock provider (``tollway.mock``, one worker, started as ``bench.run`` starts it) answers
+every call. In this process, on uvloop as in the gateway's workers, each client is built by
+``tollway.transport.build_transport`` with a deployment's settings and a credential header,
+warmed up with 200 calls, then sends ``--requests`` buffered chat completions (the ``small``
+payload) from ``--concurrency`` tasks. CPU is this process's ``time.process_time()`` over the
+calls, per call: only the client and the event loop run in it. The **baseline** is the load
+generator's own client (``bench.clients.Http1Client``): a pre-rendered request and a bare
+httptools parser, the least a call can cost here. Clients are interleaved within each
+repetition, so drift hits all alike.
 Prints a markdown table of medians with each client's ratio to the baseline; asserts nothing.
 """
 
@@ -18,13 +19,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import statistics
-import subprocess
-import sys
-import threading
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
@@ -32,6 +31,7 @@ import uvloop
 
 from bench.clients import Http1Client
 from bench.profiles import load_payload
+from bench.servers import mock_command, start_server
 from tollway.providers.base import UpstreamRequest
 from tollway.transport import TransportSettings, build_transport
 
@@ -86,45 +86,19 @@ async def _client_cpu(name: str, base: str, body: bytes, requests: int, concurre
         await transport.aclose()
 
 
-def _start_mock() -> tuple[subprocess.Popen[str], str, threading.Thread | None]:
-    mock = subprocess.Popen(
-        [sys.executable, "-m", "tollway.mock", "--host", "127.0.0.1", "--port", "0", "--workers", "1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert mock.stdout is not None
-    for line in mock.stdout:
-        found = re.search(r"mock listening on (\S+)", line)
-        if found:
-            # Whatever it logs from now on is read and dropped, so a full pipe never stalls it.
-            drainer = threading.Thread(target=mock.stdout.read, daemon=True)
-            drainer.start()
-            return mock, found.group(1).rstrip("/"), drainer
-    _stop(mock, None)
-    raise RuntimeError("the mock provider did not start")
-
-
-def _stop(mock: subprocess.Popen[str], drainer: threading.Thread | None) -> None:
-    mock.terminate()
-    mock.wait(10)
-    if drainer is not None:
-        drainer.join(5)  # the pipe's writer is gone: its read ends
-    if mock.stdout is not None:
-        mock.stdout.close()
-
-
 def run(clients: Sequence[str], requests: int, concurrency: int, repeat: int) -> dict[str, list[float]]:
     payload, _ = load_payload("small")
     body = json.dumps({**payload, "model": "m"}).encode()
-    mock, base, drainer = _start_mock()
     results: dict[str, list[float]] = {name: [] for name in (BASELINE, *clients)}
-    try:
-        for _ in range(repeat):
-            for name in results:
-                results[name].append(uvloop.run(_client_cpu(name, base, body, requests, concurrency)))
-    finally:
-        _stop(mock, drainer)
+    with tempfile.TemporaryDirectory(prefix="tollway-bench-transports-") as tmp:
+        mock = start_server("mock", mock_command(1), r"mock listening on (\S+)", Path(tmp) / "mock.log")
+        base = mock.url.rstrip("/")
+        try:
+            for _ in range(repeat):
+                for name in results:
+                    results[name].append(uvloop.run(_client_cpu(name, base, body, requests, concurrency)))
+        finally:
+            mock.stop()
     return results
 
 
