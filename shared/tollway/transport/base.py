@@ -7,16 +7,27 @@ numbers in docs/benchmarks.md.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
 from tollway.providers.base import UpstreamRequest
 
-__all__ = ["MAX_ERROR_BODY", "ConnectTiming", "Transport", "TransportSettings", "UpstreamStream"]
+__all__ = ["MAX_ERROR_BODY", "ConnectTiming", "Transport", "TransportSettings", "UpstreamStream", "read_prefix"]
 
 MAX_ERROR_BODY = 64 * 1024
+
+
+async def read_prefix(chunks: AsyncIterable[bytes], limit: int) -> bytes:
+    """At most ``limit`` bytes from the start of ``chunks``, reading no further than needed
+    (``UpstreamStream.read_bounded`` for clients whose streams are plain byte iterators)."""
+    out = bytearray()
+    async for chunk in chunks:
+        out += chunk
+        if len(out) >= limit:
+            break
+    return bytes(out[:limit])
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,7 @@ import httptools
 
 from tollway.exceptions import UpstreamCategory, UpstreamError
 from tollway.providers.base import UpstreamRequest
-from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, TransportSettings
+from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, TransportSettings, read_prefix
 
 __all__ = ["H1Stream", "H1Transport"]
 
@@ -608,9 +608,4 @@ class H1Stream:
             await waiter
 
     async def read_bounded(self, limit: int = MAX_ERROR_BODY) -> bytes:
-        out = bytearray()
-        async for chunk in self.aiter_bytes():
-            out += chunk
-            if len(out) >= limit:
-                break
-        return bytes(out[:limit])
+        return await read_prefix(self.aiter_bytes(), limit)

@@ -18,7 +18,7 @@ import httpx
 
 from tollway.exceptions import UpstreamCategory, UpstreamError
 from tollway.providers.base import UpstreamRequest
-from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, TransportSettings
+from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, TransportSettings, read_prefix
 
 __all__ = ["ProviderTransport", "UpstreamResponse", "map_http_error"]
 
@@ -37,12 +37,7 @@ class UpstreamResponse:
             raise map_http_error(exc) from None
 
     async def read_bounded(self, limit: int = MAX_ERROR_BODY) -> bytes:
-        out = bytearray()
-        async for chunk in self._response.aiter_bytes():
-            out += chunk
-            if len(out) >= limit:
-                break
-        return bytes(out[:limit])
+        return await read_prefix(self._response.aiter_bytes(), limit)
 
 
 class _ConnectTrace:
