@@ -201,6 +201,7 @@ def test_healthz_reports_the_wal_drained(audited_gateway: Gateway, runner: Event
         audit = httpx.get(health, timeout=2).json()["audit"]
         if audit["wal"]["appended"] > 0 and audit["wal"]["appended"] == audit["shipper"]["acked"]:
             assert audit["wal"]["writes_on_loop"] == 1, "server mode writes bounded-async batches on the loop"
+            assert audit["wal"]["write_delay_ms"] == 10, "the loop's write delay (the loss window) is asyncWriteDelayMs"
             return
         time.sleep(0.1)
     pytest.fail(f"the WAL did not drain: {audit}")

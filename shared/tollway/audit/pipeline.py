@@ -37,6 +37,7 @@ _WAL_PUBLIC = (
     "available",
     "durable",
     "writes_on_loop",
+    "write_delay_ms",
     "appended",
     "durable_watermark",
     "loss_window_records",
@@ -89,6 +90,7 @@ class AuditPipeline:
             max_batch_bytes=spool.maxBatchBytes,
             max_commit_delay_s=spool.maxCommitDelayMs / 1000,
             commit_timeout_s=spool.commitTimeoutMs / 1000,
+            async_write_delay_s=spool.asyncWriteDelayMs / 1000,
         )
         directory = wal_directory(cfg)
         durable = cfg.durability == "local-durable"

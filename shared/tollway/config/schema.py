@@ -267,6 +267,9 @@ class AuditSpoolConfig(_Model):
     maxBatchBytes: int = 1024 * 1024
     maxCommitDelayMs: int = 1
     commitTimeoutMs: int = 10000
+    asyncWriteDelayMs: int = 10
+    """``bounded-async`` in server mode: how long appended events may wait in memory before the
+    event loop writes them to the OS, the crash-loss window in time (docs/audit.md)."""
 
 
 class AuditSinkConfig(_Model):

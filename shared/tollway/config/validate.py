@@ -483,6 +483,8 @@ def _check_audit(audit: AuditConfig, issues: _Issues) -> None:
         issues.positive(f"audit.spool.{key}", getattr(spool, key), "the WAL must be bounded")
     if spool.maxCommitDelayMs < 0:
         issues.add("audit.spool.maxCommitDelayMs", "must not be negative")
+    if not 0 <= spool.asyncWriteDelayMs <= 1000:
+        issues.add("audit.spool.asyncWriteDelayMs", "must be between 0 and 1000")
     if spool.maxRecordBytes > spool.segmentBytes // 2:
         issues.add("audit.spool.maxRecordBytes", f"must be at most half of segmentBytes ({spool.segmentBytes})")
     if spool.maxBytes < 2 * spool.segmentBytes:

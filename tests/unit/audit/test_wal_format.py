@@ -179,6 +179,7 @@ def test_a_rejected_append_asks_the_writer_to_remeasure_the_disk(tmp_path: Path)
         {"max_bytes": 0},
         {"max_batch_records": 0},
         {"max_commit_delay_s": -1.0},
+        {"async_write_delay_s": -0.001},
         {"commit_timeout_s": 0.0},
         {"max_record_bytes": 32 * 1024 * 1024, "segment_bytes": 64 * 1024 * 1024},
         {"segment_bytes": 1024, "max_record_bytes": 1024},
@@ -195,6 +196,7 @@ def test_default_limits_are_the_seeds_spool_defaults() -> None:
     assert (limits.max_bytes, limits.segment_bytes, limits.max_record_bytes) == (2**30, 2**26, 2**16)
     assert (limits.max_batch_records, limits.max_batch_bytes) == (256, 2**20)
     assert (limits.max_commit_delay_s, limits.commit_timeout_s) == (0.001, 10.0)
+    assert limits.async_write_delay_s == 0.01, "the loop's write delay: 10 ms (docs/audit.md)"
 
 
 def test_only_a_cut_short_header_counts_as_torn() -> None:

@@ -88,7 +88,7 @@ async def test_a_rollover_goes_to_the_writer_thread_and_the_order_holds(tmp_path
 
 
 async def test_close_writes_what_the_loop_had_not_written_yet(tmp_path: Path) -> None:
-    slow = dataclasses.replace(SMALL, max_commit_delay_s=30.0)  # the loop's flush would come much later
+    slow = dataclasses.replace(SMALL, async_write_delay_s=30.0)  # the loop's flush would come much later
     writer = open_writer(tmp_path, durable=False, limits=slow)
     writer.write_on_loop(asyncio.get_running_loop())
     last = 0
@@ -243,3 +243,38 @@ async def test_a_full_wal_in_loop_mode_refuses_appends_until_a_reader_frees_spac
     assert writer.stats()["full_rejections"] >= 2
     writer.close()
     assert [r.payload for r in WalReader(tmp_path).read(accepted, 10, 1 << 20)] == [b"after the shipper freed space"]
+
+
+async def test_the_loop_writes_after_async_write_delay_not_the_threads_commit_delay(tmp_path: Path) -> None:
+    limits = dataclasses.replace(SMALL, max_commit_delay_s=0.001, async_write_delay_s=0.3)
+    writer = open_writer(tmp_path, durable=False, limits=limits)
+    writer.write_on_loop(asyncio.get_running_loop())
+    first = writer.append(b"first")
+    await asyncio.sleep(0.05)  # 50 times the thread's commit delay, a sixth of the loop's
+    second = writer.append(b"second")
+    stats = writer.stats()
+    assert writer.durable_watermark == 0, "nothing is written before async_write_delay_s"
+    assert (stats["loss_window_records"], stats["write_delay_ms"]) == (2, 300)
+    await async_wait_until(lambda: writer.durable_watermark == second)
+    assert writer.stats()["commits"] == 1, "both records went out in the one write the first append armed"
+    writer.close()
+    assert sequences(tmp_path) == [first, second]
+
+
+async def test_a_zero_async_write_delay_writes_on_the_next_loop_turn(tmp_path: Path) -> None:
+    writer = open_writer(tmp_path, durable=False, limits=dataclasses.replace(SMALL, async_write_delay_s=0.0))
+    writer.write_on_loop(asyncio.get_running_loop())
+    seq = writer.append(b"now")
+    assert writer.durable_watermark == 0
+    await async_wait_until(lambda: writer.durable_watermark == seq)
+    assert writer.stats()["write_delay_ms"] == 0
+    writer.close()
+
+
+async def test_the_writer_thread_ignores_the_loops_write_delay(tmp_path: Path) -> None:
+    limits = dataclasses.replace(SMALL, max_commit_delay_s=0.001, async_write_delay_s=60.0)
+    writer = open_writer(tmp_path, durable=False, limits=limits)  # no write_on_loop: the thread writes
+    seq = writer.append(b"threaded")
+    await async_wait_until(lambda: writer.durable_watermark == seq)  # long before 60 s
+    assert writer.stats()["write_delay_ms"] == 1
+    writer.close()

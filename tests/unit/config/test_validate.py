@@ -391,6 +391,18 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
         "must be positive",
     ),
     (
+        "audit-loop-write-delay-over-a-second",
+        lambda d: d.update(audit={"spool": {"asyncWriteDelayMs": 1001}}),
+        "audit.spool.asyncWriteDelayMs",
+        "between 0 and 1000",
+    ),
+    (
+        "audit-negative-loop-write-delay",
+        lambda d: d.update(audit={"spool": {"asyncWriteDelayMs": -1}}),
+        "audit.spool.asyncWriteDelayMs",
+        "between 0 and 1000",
+    ),
+    (
         "audit-kafka-without-servers",
         lambda d: d.update(audit={"sink": {"type": "kafka"}}),
         "audit.sink.bootstrapServers",
