@@ -56,9 +56,10 @@ def _pool_resources(resources: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             else:
                 pooled[key] = max(values)
         out[group] = pooled
-    others = [r["other_cpu_pct"] for r in resources if r.get("other_cpu_pct") is not None]
-    if others:
-        out["other_cpu_pct"] = max(others)
+    for key in ("other_cpu_pct", "steal_pct", "steal_pct_max"):  # the worst repetition: these flag noise
+        values = [r[key] for r in resources if r.get(key) is not None]
+        if values:
+            out[key] = max(values)
     return out
 
 

@@ -17,6 +17,7 @@ __all__ = ["render_summary"]
 
 _LAG_WARN_MS: Final = 2.0
 _OTHER_CPU_WARN_PCT: Final = 10.0
+_STEAL_WARN_PCT: Final = 5.0
 
 
 def _label(target: str) -> str:
@@ -150,6 +151,13 @@ _RESOURCE_ROWS: Final = (
     ),
     ("load generator send lag p99 ms", lambda e: _fmt(e["summary"]["send_lag"]["p99_ms"], 3)),
     ("other CPU on the machine %", lambda e: _fmt(e.get("resources", {}).get("other_cpu_pct"), 1)),
+    (
+        "hypervisor steal % mean / max (100 = one core)",
+        lambda e: (
+            f"{_fmt(e.get('resources', {}).get('steal_pct'), 1)} / "
+            f"{_fmt(e.get('resources', {}).get('steal_pct_max'), 1)}"
+        ),
+    ),
 )
 
 
@@ -209,6 +217,9 @@ def _warnings(entries: Sequence[Mapping[str, Any]]) -> list[str]:
         other = e.get("resources", {}).get("other_cpu_pct")
         if other is not None and other > _OTHER_CPU_WARN_PCT:
             out.append(f"- {label}: other processes used {other:.0f} % CPU during the window; numbers are noisy.")
+        steal = e.get("resources", {}).get("steal_pct")
+        if steal is not None and steal > _STEAL_WARN_PCT:
+            out.append(f"- {label}: the hypervisor stole {steal:.0f} % CPU during the window; numbers are noisy.")
         if s.get("errors"):
             errors = ", ".join(f"{k}: {v}" for k, v in s["errors"].items())
             out.append(f"- {label}: failures: {errors}.")

@@ -10,8 +10,13 @@ respawns are counted. The runner's own tree contains the mock, the gateway and t
 generator, so ``other_cpu_pct`` (CPU time of every other process, summed between consecutive
 samples) shows whether something else on the machine competed with the measurement. It misses
 processes that live shorter than one sampling interval and kernel work charged to no process;
-machine-wide ``/proc/stat`` counters are not used because on this tickless VM they disagree
+machine-wide ``/proc/stat`` busy counters are not used because on this tickless VM they disagree
 with per-process times over windows of a few seconds.
+
+What no process on the machine can show is the hypervisor taking CPU from the VM: ``steal_pct``
+(``/proc/stat``'s steal ticks, the time a virtual CPU was ready to run and the host ran something
+else) is that. On these VMs it comes in bursts of 25-50 % of the machine, which is enough to make
+a gateway shed load (docs/benchmarks.md, *Audit trail: fewer loop writes*).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["ResourceSampler", "Sample"]
+__all__ = ["ResourceSampler", "Sample", "read_steal"]
 
 _TICK: Final = os.sysconf("SC_CLK_TCK")
 _PAGE: Final = os.sysconf("SC_PAGE_SIZE")
@@ -38,6 +43,25 @@ class Sample:
     """Group name → (CPU ticks of its live processes, total RSS bytes, RSS bytes per process)."""
     others: Mapping[int, int]
     """CPU ticks of every process outside the ``all`` group (other users of the machine), by pid."""
+    steal: int | None = None
+    """The machine's steal ticks so far (``/proc/stat``), ``None`` where the kernel does not report them."""
+
+
+def read_steal(text: str | None = None) -> int | None:
+    """Steal ticks from the ``cpu`` line of ``/proc/stat`` (its 8th value), or ``None``."""
+    if text is None:
+        try:
+            with open("/proc/stat") as fh:
+                text = fh.readline()
+        except OSError:
+            return None
+    fields = text.split()
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    try:
+        return int(fields[8])
+    except ValueError:
+        return None
 
 
 def _read_procs() -> dict[int, tuple[int, int, int]]:
@@ -80,7 +104,7 @@ def take_sample(roots: Mapping[str, int]) -> Sample:
         rss = tuple(procs[pid][2] for pid in pids)
         groups[name] = (sum(procs[pid][1] for pid in pids), sum(rss), rss)
     others = {pid: info[1] for pid, info in procs.items() if pid not in ours} if "all" in roots else {}
-    return Sample(time.monotonic(), groups, others)
+    return Sample(time.monotonic(), groups, others, read_steal())
 
 
 class ResourceSampler:
@@ -118,6 +142,8 @@ class ResourceSampler:
 
         ``cpu_pct`` is per core (200 % is both cores of a 2-core machine); ``cpu_s`` is the
         CPU time spent in the window; RSS figures are maxima over the window's samples.
+        ``steal_pct`` (mean) and ``steal_pct_max`` (between two samples) are the hypervisor's
+        steal, per core like ``cpu_pct``.
         """
         inside = [s for s in self.samples if start <= s.t <= end]
         if len(inside) < 2:
@@ -147,4 +173,12 @@ class ResourceSampler:
                 for pid in b.others.keys() & a.others.keys()
             )
             out["other_cpu_pct"] = round(other_ticks / _TICK / elapsed * 100, 1)
+        if first.steal is not None and last.steal is not None:
+            steps = [
+                (b.steal - a.steal) / _TICK / (b.t - a.t) * 100
+                for a, b in itertools.pairwise(inside)
+                if b.t > a.t and a.steal is not None and b.steal is not None
+            ]
+            out["steal_pct"] = round(max(0, last.steal - first.steal) / _TICK / elapsed * 100, 1)
+            out["steal_pct_max"] = round(max(steps), 1) if steps else None
         return out

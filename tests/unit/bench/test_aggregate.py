@@ -21,6 +21,8 @@ def entry(target: str, repetition: int, latencies_us: list[int], gateway_cpu_s: 
     resources = {
         "gateway": {"cpu_s": gateway_cpu_s, "cpu_pct_mean": 50.0, "rss_mib_max_process": 60.0 + repetition},
         "other_cpu_pct": 5.0 * repetition,
+        "steal_pct": 40.0 - 30.0 * repetition,
+        "steal_pct_max": 60.0 + repetition,
     }
     return {
         "target": target,
@@ -45,6 +47,7 @@ def test_pooling_merges_histograms_instead_of_averaging_percentiles() -> None:
     assert pooled["resources"]["gateway"]["cpu_s"] == 2.0
     assert pooled["resources"]["gateway"]["rss_mib_max_process"] == 61.0
     assert pooled["resources"]["other_cpu_pct"] == 5.0
+    assert (pooled["resources"]["steal_pct"], pooled["resources"]["steal_pct_max"]) == (40.0, 61.0), "the worst"
     assert pooled["cpu_ms_per_request"] == {"gateway": 1.5}
 
 

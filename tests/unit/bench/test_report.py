@@ -29,7 +29,12 @@ def entry(target: str, latency_us: int, rejected: int = 0) -> dict[str, Any]:
         "rate": 10.0,
         "spec": {"duration_s": 1.0, "stream": False},
         "summary": result.summary(1.0, False),
-        "resources": {group: {"cpu_s": 0.1, "cpu_pct_mean": 10.0, "cpu_pct_max": 12.0}, "other_cpu_pct": 40.0},
+        "resources": {
+            group: {"cpu_s": 0.1, "cpu_pct_mean": 10.0, "cpu_pct_max": 12.0},
+            "other_cpu_pct": 40.0,
+            "steal_pct": 30.0 if target == "portkey" else 1.0,
+            "steal_pct_max": 55.0 if target == "portkey" else 2.0,
+        },
         "cpu_ms_per_request": {group: 1.0, "mock": 0.2, "loadgen": 0.3},
         "raw": result.to_dict(),
     }
@@ -70,6 +75,10 @@ def test_failed_peers_rejections_and_noise_are_reported() -> None:
     assert "| rejected (429/503) answer time" in text
     assert "other processes used 40 % CPU" in text
     assert "- portkey @ 10 RPS: non-2xx answers by error code: 503 overloaded: 2." in text
+    assert "- portkey @ 10 RPS: the hypervisor stole 30 % CPU during the window; numbers are noisy." in text
+    assert "- tollway @ 10 RPS: the hypervisor stole" not in text, "1 % is below the warning"
+    steal = next(line for line in text.splitlines() if line.startswith("| hypervisor steal %"))
+    assert "1.0 / 2.0" in steal and "30.0 / 55.0" in steal
 
 
 def test_header_names_the_server_and_upstream_client_the_run_used() -> None:
