@@ -45,9 +45,8 @@ __all__ = ["Shipper", "WalRecordView", "WalSource"]
 
 log = logging.getLogger("tollway.audit")
 
-_HEAD: Final = MESSAGE_HEAD
 _TAIL: Final = b"]}"
-_ENVELOPE_BYTES: Final = len(_HEAD) + len(_TAIL)
+_ENVELOPE_BYTES: Final = len(MESSAGE_HEAD) + len(_TAIL)
 
 
 class WalRecordView(Protocol):
@@ -106,13 +105,13 @@ def _messages(payloads: Sequence[bytes]) -> list[bytes]:
     for payload in payloads:
         added = len(payload) + (1 if current else 0)
         if current and (len(current) == MAX_MESSAGE_EVENTS or size + added > MAX_MESSAGE_BYTES):
-            messages.append(_HEAD + b",".join(current) + _TAIL)
+            messages.append(MESSAGE_HEAD + b",".join(current) + _TAIL)
             current, size = [], _ENVELOPE_BYTES
             added = len(payload)
         current.append(payload)
         size += added
     if current:
-        messages.append(_HEAD + b",".join(current) + _TAIL)
+        messages.append(MESSAGE_HEAD + b",".join(current) + _TAIL)
     return messages
 
 

@@ -122,8 +122,6 @@ class _Connection(asyncio.Protocol):
         self.limit: int | None = None
         """Buffered: the most body bytes accepted; more fails the response."""
         self.complete = False
-        self.in_body = False
-        """The head is parsed: header callbacks from now on are chunked trailers, ignored."""
         self.keep_alive = False
         self.error: BaseException | None = None
         self.head_waiter: asyncio.Future[None] | None = None
@@ -167,7 +165,7 @@ class _Connection(asyncio.Protocol):
         if self.complete or self.error is not None:
             return
         delimited = "transfer-encoding" in self.headers or "content-length" in self.headers
-        if exc is None and self.in_body and not delimited:
+        if exc is None and self.status and not delimited:  # the head was parsed
             self._flush_decoder()  # a body delimited by the end of the connection: it is whole
             self._complete()
             return
@@ -179,8 +177,8 @@ class _Connection(asyncio.Protocol):
             raise _Extra  # a second response in the same read: never parsed into ours
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.in_body:
-            return  # a chunked trailer: it must not overwrite a header
+        if self.status:
+            return  # the head is parsed, so this is a chunked trailer: it must not overwrite a header
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
@@ -188,8 +186,7 @@ class _Connection(asyncio.Protocol):
         if status < 200:
             self.headers = {}  # an interim 1xx answer: the real one follows
             return
-        self.status = status
-        self.in_body = True
+        self.status = status  # non-zero from here on: the head is parsed
         encoding = self.headers.get("content-encoding", "identity").strip().lower()
         if encoding in ("gzip", "x-gzip"):
             self.decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
