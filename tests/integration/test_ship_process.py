@@ -2,7 +2,8 @@
 
 It ships what the workers appended; it skips a directory another shipper holds; it adopts a WAL
 directory that no worker writes any more, ships it and deletes it; it exits, after a last drain,
-when the gateway that started it is gone or when told to stop.
+when the gateway that started it is gone or when told to stop. It ships from a SCHED_IDLE thread,
+or with ``--no-idle`` from its main thread.
 """
 
 from __future__ import annotations
@@ -132,6 +133,16 @@ def _keys(cloud: LocalCloud) -> dict[str, str]:
     return {"aws_access_key_id": env["AWS_ACCESS_KEY_ID"], "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"]}
 
 
+def _idle_threads(pid: int) -> list[int]:
+    """The threads of ``pid`` at ``SCHED_IDLE`` (Linux)."""
+    idle = []
+    for tid in map(int, os.listdir(f"/proc/{pid}/task")):
+        with contextlib.suppress(ProcessLookupError):
+            if os.sched_getscheduler(tid) == os.SCHED_IDLE:
+                idle.append(tid)
+    return idle
+
+
 def test_ships_everything_and_exits_when_its_gateway_is_gone(setup: tuple[Path, Path, dict[str, str]]) -> None:
     directory, config, env = setup
     gateway = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -139,8 +150,12 @@ def test_ships_everything_and_exits_when_its_gateway_is_gone(setup: tuple[Path, 
     with _killed_at_exit(gateway, shipper):
         assert _wait(lambda: _acked(directory) == 20), "the ship process did not acknowledge the WAL"
         assert shipper.poll() is None
-        # Background work: it yields the cores to the gateway's workers (niceness 10 above ours).
+        # Background work: it yields the cores to the gateway's workers (niceness 10 above ours),
+        # and ships from a thread at SCHED_IDLE; its main thread keeps the niceness to take over.
         assert os.getpriority(os.PRIO_PROCESS, shipper.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
+        if sys.platform.startswith("linux"):
+            idle = _idle_threads(shipper.pid)
+            assert len(idle) == 1 and shipper.pid not in idle, f"SCHED_IDLE threads: {idle}"
         gateway.kill()
         gateway.wait(5)
         assert shipper.wait(15) == 0
@@ -150,12 +165,14 @@ def test_skips_a_directory_another_shipper_holds(setup: tuple[Path, Path, dict[s
     directory, config, env = setup
     with (directory / "ship.lock").open("ab") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        shipper = _ship(config, env, os.getpid())
+        shipper = _ship(config, env, os.getpid(), "--no-idle")
         with _killed_at_exit(shipper):
             time.sleep(1.5)
             assert _acked(directory) == 0, "a second shipper interleaved with the lock holder"
             fcntl.flock(lock, fcntl.LOCK_UN)
             assert _wait(lambda: _acked(directory) == 20)
+            if sys.platform.startswith("linux"):
+                assert _idle_threads(shipper.pid) == [], "--no-idle still started a SCHED_IDLE thread"
             shipper.terminate()
             assert shipper.wait(15) == 0
 

@@ -18,9 +18,15 @@ gateway 0.58 ms (SQS) to 1.3 ms (Kafka) of CPU per request at 500 RPS (docs/benc
 - Pacing: after a pass that caught up with every writer it waits ``sink.flushIntervalMs``; after a
   pass that stopped at a drain's read limit (64 reads of ``sink.batchSize``) it goes on at once, so a
   backlog left by a sink outage drains as fast as the sink takes it.
-- It runs at a lower CPU priority (``--nice``, default 10): shipping is background work that can
-  wait a few milliseconds, a request cannot. When the cores are busy the scheduler serves the
-  workers first; the WAL holds what is not shipped yet (bounded by ``spool.maxBytes``).
+- It runs at a lower CPU priority: shipping is background work that can wait a few milliseconds,
+  a request cannot. The process runs at niceness 10 (``--nice``), and on Linux its passes run on a
+  thread at ``SCHED_IDLE`` (``--idle``, the default), which gets only the CPU no ordinary thread
+  wants: a niceness lowers a share, ``SCHED_IDLE`` steps aside (see :class:`_IdleThread`). A pass
+  that runs out its budget there (:data:`IDLE_PASS_BUDGET_S`) with records left, because the cores
+  are saturated or a backlog is large, hands shipping to the main thread, at the process's
+  niceness, until a pass catches up: the WAL holds what is not shipped yet (bounded by
+  ``spool.maxBytes``), and shipping never stops for good. ``audit.sink.shipPriority: low`` (or
+  ``--no-idle``) ships at the niceness alone.
 """
 
 from __future__ import annotations
@@ -32,9 +38,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from tollway.audit.pipeline import build_sink, wal_root
 from tollway.audit.shipper import Shipper
@@ -47,6 +53,9 @@ __all__ = ["main"]
 log = logging.getLogger("tollway.audit.ship")
 _MAX_BACKOFF_S = 5.0
 ORPHAN_SCAN_S = 60.0
+IDLE_PASS_BUDGET_S: Final = 1.0
+"""How long a pass on the idle thread may run before it stops and the main thread ships until
+caught up. At 500 RPS a pass ships half a second of events in tens of milliseconds."""
 
 
 class _Directory:
@@ -94,6 +103,112 @@ def _drain_all(dirs: list[_Directory], deadline: float | None = None) -> bool:
 def _behind(dirs: list[_Directory]) -> bool:
     """Whether a directory's last drain stopped with records left (its read limit or deadline)."""
     return any(d.shipper is not None and d.shipper.more for d in dirs)
+
+
+class _IdleThread:
+    """A thread at Linux's ``SCHED_IDLE`` policy that runs the ship process's passes, one at a time.
+
+    Niceness only shrinks a thread's share of a busy core: when a worker wakes while a niced
+    shipper runs, the scheduler may still let the shipper finish its slice. A ``SCHED_IDLE`` thread
+    runs only on CPU that no ordinary thread wants, and a waking worker preempts it at once.
+    The policy is per thread, and an unprivileged thread can enter it but not leave it (that takes
+    ``RLIMIT_NICE`` or ``CAP_SYS_NICE``): so the idle policy lives on this thread, and the main
+    thread keeps the process's niceness to take over when this one is starved.
+
+    kafka-python's producer starts its I/O thread when the first send builds it, so with Kafka
+    that thread is idle too (threads inherit their creator's policy).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._job: Callable[[], bool] | None = None
+        self._result: bool | BaseException = False
+        self._ready = threading.Event()
+        self.idle = False
+        self._thread = threading.Thread(target=self._main, name="audit-ship-idle", daemon=True)
+
+    @classmethod
+    def start(cls) -> _IdleThread | None:
+        """The running thread, or ``None`` where ``SCHED_IDLE`` is unavailable or refused (not Linux)."""
+        if not hasattr(os, "SCHED_IDLE") or not hasattr(os, "sched_setscheduler"):
+            return None
+        runner = cls()
+        runner._thread.start()
+        runner._ready.wait()
+        return runner if runner.idle else None
+
+    @property
+    def native_id(self) -> int | None:
+        return self._thread.native_id
+
+    def _main(self) -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: this thread, on Linux
+            self.idle = True
+        except OSError as exc:
+            log.info("audit shipper: SCHED_IDLE refused (%s); shipping at the process's niceness", exc)
+        self._ready.set()
+        while self.idle:
+            with self._cond:
+                while self._job is None:
+                    self._cond.wait()
+                job = self._job
+            try:
+                result: bool | BaseException = job()
+            except BaseException as exc:  # handed to the caller, which raises it
+                result = exc
+            with self._cond:
+                self._job, self._result = None, result
+                self._cond.notify_all()
+
+    def run(self, job: Callable[[], bool]) -> bool:
+        """Run ``job`` on this thread and return its result (or raise what it raised)."""
+        with self._cond:
+            self._job = job
+            self._cond.notify_all()
+            while self._job is not None:
+                self._cond.wait()
+            result = self._result
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+
+class _Passes:
+    """Where each pass runs: on the idle thread while its passes keep up, else on the caller's thread.
+
+    A pass on the idle thread has a deadline of ``budget_s``. One that reaches it with records
+    left (the cores are saturated, or a backlog is larger than a pass) hands shipping to the
+    caller's thread, which then runs full passes until one catches up, then hands back.
+    """
+
+    def __init__(self, idle: _IdleThread | None, budget_s: float = IDLE_PASS_BUDGET_S) -> None:
+        self._idle = idle
+        self._budget_s = budget_s
+        self.boosted = False
+        """Passes run on the caller's thread until one catches up."""
+        self.handovers = 0
+
+    def run(self, dirs: list[_Directory]) -> bool:
+        """One pass over ``dirs``; False if a sink call failed."""
+        idle = self._idle
+        if idle is None or self.boosted:
+            ok = _drain_all(dirs)
+            if self.boosted and ok and not _behind(dirs):
+                self.boosted = False
+                log.info("audit shipper: caught up; shipping at idle priority again")
+            return ok
+        started = time.monotonic()
+        ok = idle.run(lambda: _drain_all(dirs, started + self._budget_s))
+        if _behind(dirs) and time.monotonic() - started >= self._budget_s:
+            self.boosted = True
+            self.handovers += 1
+            log.warning(
+                "audit shipper: a pass at idle priority ran %.1f s and left records; shipping at the "
+                "process's priority until caught up",
+                self._budget_s,
+            )
+        return ok
 
 
 def _alive(pid: int) -> bool:
@@ -147,7 +262,10 @@ def run(
     orphan_scan_s: float = ORPHAN_SCAN_S,
     orphan_idle_s: float = ORPHAN_IDLE_S,
     orphan_retire_s: float = ORPHAN_RETIRE_S,
+    idle: bool | None = None,
 ) -> int:
+    """Ship until ``stop`` or the parent's death. ``idle``: ship from a ``SCHED_IDLE`` thread
+    (``None``: as ``audit.sink.shipPriority`` says)."""
     from tollway.config.loader import load_config
 
     cfg = load_config(config_path).audit
@@ -161,12 +279,15 @@ def run(
     backoff = 0.0
     next_orphan_scan = time.monotonic()
     drained: dict[Path, float] = {}
+    if idle is None:
+        idle = cfg.sink.shipPriority == "idle"
+    passes = _Passes(_IdleThread.start() if idle else None)
     try:
         while not stop.is_set():
             if not _alive(parent):
                 log.info("audit shipper: the gateway is gone; last drain")
                 break
-            ok = _drain_all(dirs)
+            ok = passes.run(dirs)
             if ok and time.monotonic() >= next_orphan_scan:
                 next_orphan_scan = time.monotonic() + orphan_scan_s
                 ok = _ship_orphans(
@@ -209,6 +330,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--orphan-scan-s", type=float, default=ORPHAN_SCAN_S, help="how often to look for such directories (seconds)"
     )
     parser.add_argument("--nice", type=int, default=10, help="lower this process's CPU priority by this much (0: not)")
+    parser.add_argument(
+        "--idle",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ship from a SCHED_IDLE thread where Linux allows it, at --nice when it falls behind "
+        "(default: audit.sink.shipPriority, idle unless set to low)",
+    )
     args = parser.parse_args(argv)
     if args.nice > 0:
         try:
@@ -231,6 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         orphan_scan_s=max(0.1, args.orphan_scan_s),
         orphan_idle_s=max(0.0, args.orphan_idle_s),
         orphan_retire_s=max(0.0, args.orphan_retire_s),
+        idle=args.idle,
     )
 
 

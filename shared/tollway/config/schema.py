@@ -286,6 +286,10 @@ class AuditSinkConfig(_Model):
     batchSize: int = 512
     flushIntervalMs: int = 500
     """How often the shipper drains when it has caught up: fewer, fuller sends against delivery delay."""
+    shipPriority: Literal["idle", "low"] = "idle"
+    """Server mode's ship process: ``idle`` ships from a ``SCHED_IDLE`` thread on Linux (only CPU
+    no other thread wants; the main thread, at niceness 10, takes over when that one falls behind),
+    ``low`` at niceness 10 only (docs/audit.md)."""
 
 
 class AuditConfig(_Model):

@@ -206,6 +206,14 @@ def test_literal_choices_are_listed() -> None:
     assert parse_errors(data) == [("providers.p.type", "must be 'openai', 'anthropic' or 'openai-compatible'")]
 
 
+def test_the_ship_priority_is_idle_or_low() -> None:
+    assert parse_errors({"audit": {"sink": {"shipPriority": "high"}}}) == [
+        ("audit.sink.shipPriority", "must be 'idle' or 'low'")
+    ]
+    assert parse_config({"audit": {"sink": {"shipPriority": "low"}}}).audit.sink.shipPriority == "low"
+    assert parse_config({}).audit.sink.shipPriority == "idle"
+
+
 def test_every_shape_issue_is_reported_at_once() -> None:
     data = {"bogus": 1, "enabled": "yes", "admission": {"overloadStatus": 500}, "principals": "nobody"}
     assert parse_errors(data) == [
