@@ -11,15 +11,20 @@ import asyncio
 import gc
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
 import uuid
 import warnings
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support.audit_events import request_events
 from tests.support.kafka import create_topic, kafka_broker
+from tests.support.threads import idle_threads
 from tollway.audit.shipper import Shipper
 from tollway.audit.sinks import KafkaAuditConsumer, KafkaSink, SinkUnavailable
 from tollway.audit.wal import WalLimits, WalReader, WalWriter
@@ -117,3 +122,44 @@ def test_an_unreachable_broker_is_sink_unavailable() -> None:
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
     assert "is unavailable" in outcome
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is a Linux policy")
+def test_the_ship_process_builds_its_producer_off_the_idle_thread(tmp_path: Path) -> None:
+    """kafka-python's I/O thread takes the policy of the thread that builds the producer: if the
+    idle thread built it, a hand-over to the main thread would still wait on an idle I/O thread."""
+    topic = f"audit-{uuid.uuid4().hex[:8]}"
+    spool = tmp_path / "spool"
+    writer = WalWriter(spool / "worker-0", instance_id="it-kafka-ship", limits=LIMITS, durable=True)
+    writer.open()
+    count = 0
+    for i in range(10):
+        for payload in request_events(f"req-{i:03d}", 1):
+            writer.append(payload)
+            count += 1
+    writer.close()
+    with kafka_broker(tmp_path / "kafka") as broker:
+        create_topic(broker.bootstrap, topic)
+        config = tmp_path / "llm-router.yml"
+        sink = {"type": "kafka", "bootstrapServers": broker.bootstrap, "topic": topic}
+        config.write_text(yaml.safe_dump({"audit": {"spool": {"path": str(spool)}, "sink": sink}}))
+        shipper = subprocess.Popen(
+            [sys.executable, "-m", "tollway.audit.ship_process", "--config", str(config), "--parent", str(os.getpid())],
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while WalReader(spool / "worker-0").acked < count and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert WalReader(spool / "worker-0").acked == count, "the ship process did not ship to Kafka"
+            threads = os.listdir(f"/proc/{shipper.pid}/task")
+            idle = idle_threads(shipper.pid)
+            # The main thread, the idle thread, and kafka-python's I/O thread at least: only one idle.
+            assert len(threads) >= 3 and len(idle) == 1, f"{len(threads)} threads, SCHED_IDLE: {idle}"
+        finally:
+            shipper.terminate()
+            try:
+                shipper.wait(15)
+            except subprocess.TimeoutExpired:
+                shipper.kill()
+                shipper.wait(5)

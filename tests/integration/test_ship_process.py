@@ -22,6 +22,7 @@ import boto3
 import pytest
 import yaml
 
+from tests.support.threads import idle_threads
 from tollway.audit import events
 from tollway.audit.wal import WalLimits, WalReader, WalWriter
 from tollway.cloud.bootstrap import bootstrap
@@ -133,16 +134,6 @@ def _keys(cloud: LocalCloud) -> dict[str, str]:
     return {"aws_access_key_id": env["AWS_ACCESS_KEY_ID"], "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"]}
 
 
-def _idle_threads(pid: int) -> list[int]:
-    """The threads of ``pid`` at ``SCHED_IDLE`` (Linux)."""
-    idle = []
-    for tid in map(int, os.listdir(f"/proc/{pid}/task")):
-        with contextlib.suppress(ProcessLookupError):
-            if os.sched_getscheduler(tid) == os.SCHED_IDLE:
-                idle.append(tid)
-    return idle
-
-
 def test_ships_everything_and_exits_when_its_gateway_is_gone(setup: tuple[Path, Path, dict[str, str]]) -> None:
     directory, config, env = setup
     gateway = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -154,7 +145,7 @@ def test_ships_everything_and_exits_when_its_gateway_is_gone(setup: tuple[Path, 
         # and ships from a thread at SCHED_IDLE; its main thread keeps the niceness to take over.
         assert os.getpriority(os.PRIO_PROCESS, shipper.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
         if sys.platform.startswith("linux"):
-            idle = _idle_threads(shipper.pid)
+            idle = idle_threads(shipper.pid)
             assert len(idle) == 1 and shipper.pid not in idle, f"SCHED_IDLE threads: {idle}"
         gateway.kill()
         gateway.wait(5)
@@ -165,14 +156,12 @@ def test_skips_a_directory_another_shipper_holds(setup: tuple[Path, Path, dict[s
     directory, config, env = setup
     with (directory / "ship.lock").open("ab") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        shipper = _ship(config, env, os.getpid(), "--no-idle")
+        shipper = _ship(config, env, os.getpid())
         with _killed_at_exit(shipper):
             time.sleep(1.5)
             assert _acked(directory) == 0, "a second shipper interleaved with the lock holder"
             fcntl.flock(lock, fcntl.LOCK_UN)
             assert _wait(lambda: _acked(directory) == 20)
-            if sys.platform.startswith("linux"):
-                assert _idle_threads(shipper.pid) == [], "--no-idle still started a SCHED_IDLE thread"
             shipper.terminate()
             assert shipper.wait(15) == 0
 
@@ -185,11 +174,22 @@ def test_adopts_a_directory_no_worker_writes_ships_it_and_deletes_it(
     writer = _open_writer(leftover)
     _append(writer, [f"left_{i}" for i in range(7)])
     shipper = _ship(
-        config, env, os.getpid(), "--orphan-idle-s", "0", "--orphan-retire-s", "0", "--orphan-scan-s", "0.2"
+        config,
+        env,
+        os.getpid(),
+        "--no-idle",
+        "--orphan-idle-s",
+        "0",
+        "--orphan-retire-s",
+        "0",
+        "--orphan-scan-s",
+        "0.2",
     )
     try:
         with _killed_at_exit(shipper):
             assert _wait(lambda: _acked(directory) == 20)
+            if sys.platform.startswith("linux"):
+                assert idle_threads(shipper.pid) == [], "--no-idle still started a SCHED_IDLE thread"
             time.sleep(1.0)
             assert leftover.is_dir() and _acked(leftover) == 0, "a directory with a live writer was adopted"
             writer.close()

@@ -19,14 +19,17 @@ gateway 0.58 ms (SQS) to 1.3 ms (Kafka) of CPU per request at 500 RPS (docs/benc
   pass that stopped at a drain's read limit (64 reads of ``sink.batchSize``) it goes on at once, so a
   backlog left by a sink outage drains as fast as the sink takes it.
 - It runs at a lower CPU priority: shipping is background work that can wait a few milliseconds,
-  a request cannot. The process runs at niceness 10 (``--nice``), and on Linux its passes run on a
-  thread at ``SCHED_IDLE`` (``--idle``, the default), which gets only the CPU no ordinary thread
-  wants: a niceness lowers a share, ``SCHED_IDLE`` steps aside (see :class:`_IdleThread`). A pass
-  that runs out its budget there (:data:`IDLE_PASS_BUDGET_S`) with records left, because the cores
-  are saturated or a backlog is large, hands shipping to the main thread, at the process's
-  niceness, until a pass catches up: the WAL holds what is not shipped yet (bounded by
-  ``spool.maxBytes``), and shipping never stops for good. ``audit.sink.shipPriority: low`` (or
-  ``--no-idle``) ships at the niceness alone.
+  a request cannot. The process runs at niceness 10 (``--nice``), and on Linux its regular passes
+  run on a thread at ``SCHED_IDLE`` (``--idle``, the default), which takes a core only when no
+  ordinary thread wants it, apart from a sliver: a niceness lowers a share, ``SCHED_IDLE`` steps
+  aside (see :class:`_IdleThread`). A pass there stops at the first read after its budget
+  (:data:`IDLE_PASS_BUDGET_S`); one that stopped with records left, because the cores are
+  saturated or a backlog is large, hands shipping to the main thread, at the process's niceness,
+  until a pass catches up and for at least :data:`HAND_OVER_HOLD_S` (doubling while hand-overs
+  repeat): the WAL holds what is not shipped yet (bounded by ``spool.maxBytes``), and shipping
+  never stops for good. On saturated cores the read in progress at the budget can itself take
+  seconds to finish at idle priority. Orphan passes and the last drain at exit run on the main
+  thread. ``audit.sink.shipPriority: low`` (or ``--no-idle``) ships at the niceness alone.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from typing import Any, Final
 
 from tollway.audit.pipeline import build_sink, wal_root
 from tollway.audit.shipper import Shipper
-from tollway.audit.sinks import SinkUnavailable
+from tollway.audit.sinks import KafkaSink, SinkUnavailable
 from tollway.audit.wal import WalError, WalReader
 from tollway.audit.wal_dirs import ORPHAN_IDLE_S, ORPHAN_RETIRE_S, ShipLock, ship_orphans
 
@@ -54,8 +57,13 @@ log = logging.getLogger("tollway.audit.ship")
 _MAX_BACKOFF_S = 5.0
 ORPHAN_SCAN_S = 60.0
 IDLE_PASS_BUDGET_S: Final = 1.0
-"""How long a pass on the idle thread may run before it stops and the main thread ships until
-caught up. At 500 RPS a pass ships half a second of events in tens of milliseconds."""
+"""How long a pass on the idle thread may run before it stops at its next read and the main thread
+ships until caught up. At 500 RPS a pass ships half a second of events in tens of milliseconds."""
+HAND_OVER_HOLD_S: Final = 5.0
+"""How long the main thread keeps shipping after a hand-over, at least; doubled, up to
+:data:`HAND_OVER_MAX_HOLD_S`, when the next hand-over comes within that long of the hand-back, so a
+shipper on busy cores does not flap between the threads."""
+HAND_OVER_MAX_HOLD_S: Final = 60.0
 
 
 class _Directory:
@@ -110,13 +118,15 @@ class _IdleThread:
 
     Niceness only shrinks a thread's share of a busy core: when a worker wakes while a niced
     shipper runs, the scheduler may still let the shipper finish its slice. A ``SCHED_IDLE`` thread
-    runs only on CPU that no ordinary thread wants, and a waking worker preempts it at once.
+    has a weight of 3 against 1024 at niceness 0 (15 at niceness 19): it takes a core when no
+    ordinary thread wants it, apart from a sliver, and a waking worker preempts it at once.
     The policy is per thread, and an unprivileged thread can enter it but not leave it (that takes
     ``RLIMIT_NICE`` or ``CAP_SYS_NICE``): so the idle policy lives on this thread, and the main
     thread keeps the process's niceness to take over when this one is starved.
 
-    kafka-python's producer starts its I/O thread when the first send builds it, so with Kafka
-    that thread is idle too (threads inherit their creator's policy).
+    Threads inherit their creator's policy. kafka-python's producer starts its I/O thread when it
+    is built, so the ship process builds it on the main thread (``_Passes``' ``prepare``): a
+    hand-over would not help if the I/O thread were idle too.
     """
 
     def __init__(self) -> None:
@@ -124,6 +134,7 @@ class _IdleThread:
         self._job: Callable[[], bool] | None = None
         self._result: bool | BaseException = False
         self._ready = threading.Event()
+        self._closed = False
         self.idle = False
         self._thread = threading.Thread(target=self._main, name="audit-ship-idle", daemon=True)
 
@@ -147,12 +158,16 @@ class _IdleThread:
             self.idle = True
         except OSError as exc:
             log.info("audit shipper: SCHED_IDLE refused (%s); shipping at the process's niceness", exc)
-        self._ready.set()
+        finally:
+            self._ready.set()  # whatever happened: start() must not wait forever
         while self.idle:
             with self._cond:
-                while self._job is None:
+                while self._job is None and not self._closed:
                     self._cond.wait()
+                if self._closed:
+                    return
                 job = self._job
+                assert job is not None
             try:
                 result: bool | BaseException = job()
             except BaseException as exc:  # handed to the caller, which raises it
@@ -173,20 +188,44 @@ class _IdleThread:
             raise result
         return result
 
+    def close(self) -> None:
+        """End the thread once its current job (if any) is done."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
 
 class _Passes:
     """Where each pass runs: on the idle thread while its passes keep up, else on the caller's thread.
 
-    A pass on the idle thread has a deadline of ``budget_s``. One that reaches it with records
-    left (the cores are saturated, or a backlog is larger than a pass) hands shipping to the
-    caller's thread, which then runs full passes until one catches up, then hands back.
+    A pass on the idle thread has a deadline of ``budget_s`` (checked before each read). One that
+    ran that long and left records (the cores are saturated, or a backlog is larger than a pass,
+    or the sink is slow) hands shipping to the caller's thread, which runs full passes until one
+    catches up and ``hold_s`` has passed, then hands back. A hand-over within
+    :data:`HAND_OVER_MAX_HOLD_S` of the last hand-back doubles the hold (up to that bound); a
+    sink that keeps failing keeps shipping on the caller's thread, as ``shipPriority: low`` would.
+    ``prepare`` runs on the caller's thread before each idle pass: it builds what starts threads
+    of its own (kafka-python's producer), so they do not inherit the idle policy.
     """
 
-    def __init__(self, idle: _IdleThread | None, budget_s: float = IDLE_PASS_BUDGET_S) -> None:
+    def __init__(
+        self,
+        idle: _IdleThread | None,
+        *,
+        budget_s: float = IDLE_PASS_BUDGET_S,
+        hold_s: float = HAND_OVER_HOLD_S,
+        prepare: Callable[[], object] | None = None,
+    ) -> None:
         self._idle = idle
         self._budget_s = budget_s
+        self._base_hold_s = hold_s
+        self.hold_s = hold_s
+        """The hold of the latest hand-over."""
+        self._prepare = prepare
         self.boosted = False
-        """Passes run on the caller's thread until one catches up."""
+        """Passes run on the caller's thread until one catches up and the hold has passed."""
+        self._boosted_until = 0.0
+        self._handed_back_at: float | None = None
         self.handovers = 0
 
     def run(self, dirs: list[_Directory]) -> bool:
@@ -194,21 +233,37 @@ class _Passes:
         idle = self._idle
         if idle is None or self.boosted:
             ok = _drain_all(dirs)
-            if self.boosted and ok and not _behind(dirs):
+            if self.boosted and ok and not _behind(dirs) and time.monotonic() >= self._boosted_until:
                 self.boosted = False
+                self._handed_back_at = time.monotonic()
                 log.info("audit shipper: caught up; shipping at idle priority again")
             return ok
+        if self._prepare is not None:
+            try:
+                self._prepare()
+            except SinkUnavailable as exc:
+                log.warning("audit shipper: %s", type(exc).__name__)
+                return False
         started = time.monotonic()
         ok = idle.run(lambda: _drain_all(dirs, started + self._budget_s))
-        if _behind(dirs) and time.monotonic() - started >= self._budget_s:
+        ended = time.monotonic()
+        if _behind(dirs) and ended - started >= self._budget_s:
+            recent = self._handed_back_at is not None and ended - self._handed_back_at < HAND_OVER_MAX_HOLD_S
+            self.hold_s = min(HAND_OVER_MAX_HOLD_S, self.hold_s * 2) if recent else self._base_hold_s
             self.boosted = True
+            self._boosted_until = ended + self.hold_s
             self.handovers += 1
-            log.warning(
-                "audit shipper: a pass at idle priority ran %.1f s and left records; shipping at the "
-                "process's priority until caught up",
-                self._budget_s,
+            log.info(
+                "audit shipper: a pass at idle priority ran %.2f s and left records; shipping at the "
+                "process's priority for at least %.0f s, until caught up",
+                ended - started,
+                self.hold_s,
             )
         return ok
+
+    def close(self) -> None:
+        if self._idle is not None:
+            self._idle.close()
 
 
 def _alive(pid: int) -> bool:
@@ -281,7 +336,9 @@ def run(
     drained: dict[Path, float] = {}
     if idle is None:
         idle = cfg.sink.shipPriority == "idle"
-    passes = _Passes(_IdleThread.start() if idle else None)
+    passes = _Passes(
+        _IdleThread.start() if idle else None, prepare=sink.connect if isinstance(sink, KafkaSink) else None
+    )
     try:
         while not stop.is_set():
             if not _alive(parent):
@@ -304,6 +361,7 @@ def run(
             stop.wait(wait)
         _drain_all(dirs, time.monotonic() + stop_timeout_s)
     finally:
+        passes.close()
         for d in dirs:
             d.close()
     return 0

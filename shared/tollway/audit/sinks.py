@@ -336,6 +336,11 @@ class KafkaSink:
     def __repr__(self) -> str:
         return f"KafkaSink({','.join(self.servers)!r}, {self.topic!r})"
 
+    def connect(self) -> None:
+        """Build the producer now if it is not built (its I/O thread starts with it, and takes the
+        calling thread's scheduling policy); raises :class:`SinkUnavailable`."""
+        self._connect()
+
     def _connect(self) -> Any:
         if self._producer is None:
             from kafka import KafkaProducer

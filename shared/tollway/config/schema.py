@@ -287,9 +287,9 @@ class AuditSinkConfig(_Model):
     flushIntervalMs: int = 500
     """How often the shipper drains when it has caught up: fewer, fuller sends against delivery delay."""
     shipPriority: Literal["idle", "low"] = "idle"
-    """Server mode's ship process: ``idle`` ships from a ``SCHED_IDLE`` thread on Linux (only CPU
-    no other thread wants; the main thread, at niceness 10, takes over when that one falls behind),
-    ``low`` at niceness 10 only (docs/audit.md)."""
+    """Server mode's ship process: ``idle`` ships from a ``SCHED_IDLE`` thread on Linux (a core only
+    when no ordinary thread wants it, apart from a sliver; the main thread, at niceness 10, takes
+    over when that one falls behind), ``low`` at niceness 10 only (docs/audit.md)."""
 
 
 class AuditConfig(_Model):

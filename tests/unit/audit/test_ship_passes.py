@@ -6,12 +6,16 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import pytest
 
 from tollway.audit import ship_process
 from tollway.audit.ship_process import _Directory, _IdleThread, _Passes
+from tollway.audit.shipper import Shipper
+from tollway.audit.sinks import SinkUnavailable
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is a Linux policy")
 
@@ -48,12 +52,31 @@ def dirs_of(*fakes: FakeDirectory) -> list[_Directory]:
     return cast(list[_Directory], list(fakes))
 
 
+def _platform_allows_sched_idle() -> bool:
+    """Whether a thread here may enter SCHED_IDLE (a seccomp profile or libc may refuse it)."""
+    allowed: list[bool] = []
+
+    def probe() -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            allowed.append(True)
+        except OSError:
+            allowed.append(False)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    return allowed == [True]
+
+
 @pytest.fixture
-def idle() -> _IdleThread:
+def idle() -> Iterator[_IdleThread]:
+    if not _platform_allows_sched_idle():
+        pytest.skip("this platform refuses SCHED_IDLE to any thread")
     runner = _IdleThread.start()
-    if runner is None:
-        pytest.fail("SCHED_IDLE was refused on Linux, where an unprivileged thread may always enter it")
-    return runner
+    assert runner is not None, "the platform allows SCHED_IDLE, but no idle thread started"
+    yield runner
+    runner.close()
 
 
 @linux_only
@@ -86,7 +109,7 @@ def test_jobs_run_on_the_idle_thread_and_their_errors_reach_the_caller(idle: _Id
 def test_a_starved_pass_hands_shipping_to_the_main_thread_until_caught_up(idle: _IdleThread) -> None:
     directory = FakeDirectory()
     shipper = directory.shipper
-    passes = _Passes(idle, budget_s=0.05)
+    passes = _Passes(idle, budget_s=0.05, hold_s=0.0)
     main = threading.get_native_id()
 
     assert passes.run(dirs_of(directory))
@@ -110,6 +133,106 @@ def test_a_starved_pass_hands_shipping_to_the_main_thread_until_caught_up(idle: 
     passes.run(dirs_of(directory))
     assert shipper.calls[-1][0] == idle.native_id
     assert passes.handovers == 1
+
+
+@linux_only
+def test_the_main_thread_keeps_shipping_for_the_hold_even_when_caught_up(idle: _IdleThread) -> None:
+    directory = FakeDirectory()
+    directory.shipper.slow = True
+    passes = _Passes(idle, budget_s=0.02, hold_s=60.0)
+    passes.run(dirs_of(directory))
+    assert passes.boosted
+    directory.shipper.slow = False
+    for _ in range(3):
+        passes.run(dirs_of(directory))  # caught up, but within the hold: no flapping back
+    assert passes.boosted
+    assert [thread for thread, _ in directory.shipper.calls[1:]] == [threading.get_native_id()] * 3
+
+
+@linux_only
+def test_a_hand_over_soon_after_a_hand_back_doubles_the_hold(idle: _IdleThread) -> None:
+    directory = FakeDirectory()
+    passes = _Passes(idle, budget_s=0.02, hold_s=0.01)
+    for expected_hold in (0.01, 0.02, 0.04):
+        directory.shipper.slow = True
+        passes.run(dirs_of(directory))
+        assert passes.boosted and passes.hold_s == pytest.approx(expected_hold)
+        directory.shipper.slow = False
+        time.sleep(expected_hold * 1.5)
+        passes.run(dirs_of(directory))
+        assert not passes.boosted
+    assert passes.handovers == 3
+
+
+@linux_only
+def test_prepare_runs_on_the_callers_thread_before_each_idle_pass(idle: _IdleThread) -> None:
+    directory = FakeDirectory()
+    prepared: list[int] = []
+    passes = _Passes(idle, prepare=lambda: prepared.append(threading.get_native_id()))
+    passes.run(dirs_of(directory))
+    passes.run(dirs_of(directory))
+    assert prepared == [threading.get_native_id()] * 2
+    assert [thread for thread, _ in directory.shipper.calls] == [idle.native_id] * 2
+
+    def unavailable() -> None:
+        raise SinkUnavailable("Kafka at 127.0.0.1:1 is unavailable: NoBrokersAvailable")
+
+    refused = _Passes(idle, prepare=unavailable)
+    assert refused.run(dirs_of(directory)) is False
+    assert len(directory.shipper.calls) == 2, "a pass ran without its sink"
+
+
+@dataclass(frozen=True)
+class Record:
+    sequence: int
+    payload: bytes
+
+
+class EndlessWal:
+    """A WalSource that always has more: every read returns a full batch."""
+
+    def __init__(self) -> None:
+        self.acked = 0
+        self.caught_up = False
+
+    def read(self, after_seq: int, max_records: int, max_bytes: int) -> Sequence[Record]:
+        return [Record(after_seq + i + 1, b'{"kind":"request_admitted"}') for i in range(max_records)]
+
+    def acknowledge(self, seq: int) -> None:
+        self.acked = seq
+
+
+class SlowSink:
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.sends = 0
+
+    def send(self, batch: list[bytes]) -> None:
+        time.sleep(self.delay_s)
+        self.sends += 1
+
+
+@linux_only
+def test_a_real_shipper_past_its_deadline_hands_over(idle: _IdleThread, tmp_path: Any) -> None:
+    directory = _Directory(tmp_path, SlowSink(0.02), 4, 1 << 20)
+    directory.shipper = Shipper(
+        EndlessWal(), directory._sink, batch_records=4, batch_bytes=1 << 20, idle_s=0, max_backoff_s=1
+    )
+    passes = _Passes(idle, budget_s=0.1, hold_s=0.0)
+    assert passes.run([directory])
+    assert directory.shipper.more, "the drain stopped at its deadline without saying records are left"
+    assert passes.boosted and passes.handovers == 1
+    assert 1 <= directory._sink.sends < 64, "the deadline did not stop the drain between reads"
+
+
+def test_close_ends_the_idle_thread() -> None:
+    if not _platform_allows_sched_idle():
+        pytest.skip("this platform refuses SCHED_IDLE to any thread")
+    runner = _IdleThread.start()
+    assert runner is not None
+    runner.close()
+    runner._thread.join(5)
+    assert not runner._thread.is_alive()
 
 
 @linux_only
