@@ -54,6 +54,8 @@ def dirs_of(*fakes: FakeDirectory) -> list[_Directory]:
 
 def _platform_allows_sched_idle() -> bool:
     """Whether a thread here may enter SCHED_IDLE (a seccomp profile or libc may refuse it)."""
+    if not hasattr(os, "SCHED_IDLE") or not hasattr(os, "sched_setscheduler"):
+        return False
     allowed: list[bool] = []
 
     def probe() -> None:
