@@ -227,14 +227,10 @@ def test_a_real_shipper_past_its_deadline_hands_over(idle: _IdleThread, tmp_path
     assert 1 <= directory._sink.sends < 64, "the deadline did not stop the drain between reads"
 
 
-def test_close_ends_the_idle_thread() -> None:
-    if not _platform_allows_sched_idle():
-        pytest.skip("this platform refuses SCHED_IDLE to any thread")
-    runner = _IdleThread.start()
-    assert runner is not None
-    runner.close()
-    runner._thread.join(5)
-    assert not runner._thread.is_alive()
+def test_close_ends_the_idle_thread(idle: _IdleThread) -> None:
+    idle.close()
+    idle._thread.join(5)
+    assert not idle._thread.is_alive()
 
 
 @linux_only
