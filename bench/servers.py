@@ -4,6 +4,10 @@ Both start as real processes (``python -m tollway.mock``, ``python -m tollway.cl
 port 0; the runner reads the bound URL from the first line each prints. Start-up doubles as
 the cold-start measurement: from just before ``Popen`` to the listening line, and to the first
 successful (2xx) chat completion.
+
+Each server starts in a session of its own and ``Server.stop`` ends the whole process group:
+a worker or helper process the server left behind would otherwise take CPU from the next run
+and hold the stdout pipe open, so that reading the log to its end never finished.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ import contextlib
 import copy
 import http.client
 import os
+import queue
 import re
-import select
+import signal
 import subprocess
 import sys
 import threading
@@ -52,12 +57,14 @@ class Server:
     listening_s: float
     cold_start: dict[str, Any] = field(default_factory=dict)
     _log: IO[str] | None = None
+    _drain: threading.Thread | None = None
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
     def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 10 s), then anything left in its process group."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -65,23 +72,36 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        if self._log is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers: their group is the server's pid
+        if self._drain is not None:
+            self._drain.join(timeout=5)
+        if self.proc.stdout is not None and (self._drain is None or not self._drain.is_alive()):
+            self.proc.stdout.close()  # closing it under a blocked reader would wait for that read
+        if self._log is not None and (self._drain is None or not self._drain.is_alive()):
             self._log.close()
 
 
-def _drain(stream: IO[str], sink: IO[str]) -> None:
+def _pump(stream: IO[str], sink: IO[str], lines: queue.Queue[str | None], started: threading.Event) -> None:
+    """Copy ``stream`` to ``sink`` line by line; until ``started`` is set, hand each line to ``lines``
+    as well, and ``None`` at the end of the stream."""
     with contextlib.suppress(ValueError, OSError):
         for line in stream:
             sink.write(line)
             sink.flush()
+            if not started.is_set():
+                lines.put(line)
+    lines.put(None)
 
 
 def start_server(
     name: str, command: Sequence[str], ready: str, log_path: Path, env: Mapping[str, str] | None = None
 ) -> Server:
-    """Start ``command`` and wait (bounded) for a stdout line matching ``ready``, whose group 1 is the URL."""
+    """Start ``command`` and wait (bounded) for a stdout line matching ``ready``, whose group 1 is the URL.
+
+    One thread reads stdout from the start into the log (a ``select`` on the pipe would miss lines
+    already in the reader's buffer, when the server prints several at once).
+    """
     log = log_path.open("w")
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -91,26 +111,30 @@ def start_server(
         text=True,
         env={**os.environ, **(env or {})},
         cwd=Path(__file__).resolve().parents[1],
+        start_new_session=True,
     )
     assert proc.stdout is not None
+    lines: queue.Queue[str | None] = queue.Queue()
+    up = threading.Event()
+    pump = threading.Thread(target=_pump, args=(proc.stdout, log, lines, up), daemon=True)
+    pump.start()
     deadline = started + _START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        readable, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-        if not readable:
+    while (remaining := deadline - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=remaining)
+        except queue.Empty:
             break
-        line = proc.stdout.readline()
-        if not line:
+        if line is None:
             break
-        log.write(line)
         match = re.search(ready, line)
         if match:
+            up.set()
             listening = time.monotonic() - started
-            threading.Thread(target=_drain, args=(proc.stdout, log), daemon=True).start()
-            return Server(name, list(command), proc, match.group(1), log_path, started, listening, _log=log)
-    proc.kill()
-    proc.wait(timeout=5)
-    proc.stdout.close()
-    log.close()
+            return Server(
+                name, list(command), proc, match.group(1), log_path, started, listening, _log=log, _drain=pump
+            )
+    server = Server(name, list(command), proc, "", log_path, started, 0.0, _log=log, _drain=pump)
+    server.stop()
     raise RuntimeError(f"{name} did not start within {_START_TIMEOUT_S:.0f} s; see {log_path}:\n{log_path.read_text()}")
 
 
@@ -134,6 +158,7 @@ def start_polled(
         env={**os.environ, **(env or {})},
         cwd=Path(__file__).resolve().parents[1],
         text=True,
+        start_new_session=True,
     )
     parts = urllib.parse.urlsplit(base_url)
     deadline = started + timeout_s
@@ -156,6 +181,8 @@ def start_polled(
     if proc.poll() is None:
         proc.kill()
         proc.wait(timeout=5)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
     log.close()
     tail = log_path.read_text(errors="replace")[-1500:]
     raise RuntimeError(f"{name} {status}; log tail:\n{tail}")
