@@ -144,6 +144,9 @@ def test_up_brings_up_the_local_cloud_and_stops_all_of_it(tmp_path: Path) -> Non
                 break
             time.sleep(0.3)
         assert listing.count("req_") == 3, listing
+        # TOKENS, the last column, reads the usage names the gateway's recorder writes.
+        rows = [line.split() for line in done.stdout.splitlines() if "req_" in line]
+        assert all(row[-1].isdigit() and int(row[-1]) > 0 for row in rows), listing
         # The same requests reach the usage ledger through the usage queue and the usage
         # reconciler, and the caller reads its own usage back through the gateway.
         headers = {"authorization": f"Bearer {lines['demo key']}"}

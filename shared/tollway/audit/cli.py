@@ -28,6 +28,7 @@ from typing import Any, Final, TextIO
 
 import orjson
 
+from tollway.audit.events import usage_counts
 from tollway.audit.store import (
     MAX_LIST_LIMIT,
     AttemptView,
@@ -84,7 +85,7 @@ def _text(value: object) -> str:
 def _usage(record: RequestRecord) -> str:
     if record.usage is None:
         return f"{_MISSING} ({_text(record.usage_evidence)})"
-    counts = " ".join(f"{k.removesuffix('_tokens')}={v}" for k, v in record.usage.items())
+    counts = " ".join(f"{k}={v}" for k, v in usage_counts(record.usage).items()) or _MISSING
     return f"{counts} ({_text(record.usage_evidence)})"
 
 
@@ -170,7 +171,7 @@ def render_list(records: Sequence[RequestRecord]) -> str:
     header = ("ADMITTED", "REQUEST", "PRINCIPAL", "ALIAS", "STATUS", "OUTCOME", "ATTEMPTS", "TOTAL_MS", "TOKENS")
     rows = [header]
     for r in records:
-        tokens = None if r.usage is None else r.usage.get("total_tokens")
+        tokens = None if r.usage is None else usage_counts(r.usage).get("total")
         rows.append(
             (
                 _at(r.admitted_at_ms),

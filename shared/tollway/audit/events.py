@@ -35,6 +35,7 @@ import orjson
 __all__ = [
     "EVENT_KINDS",
     "SCHEMA_VERSION",
+    "USAGE_TOKEN_NAMES",
     "AuditEvent",
     "EventKind",
     "attempt_finished",
@@ -42,6 +43,7 @@ __all__ = [
     "decode_event",
     "request_admitted",
     "request_finished",
+    "usage_counts",
     "uuid7",
 ]
 
@@ -53,6 +55,15 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
     "attempt_finished",
     "request_finished",
 )
+USAGE_TOKEN_NAMES: Final[dict[str, tuple[str, ...]]] = {
+    "prompt": ("promptTokens", "prompt_tokens"),
+    "completion": ("completionTokens", "completion_tokens"),
+    "total": ("totalTokens", "total_tokens"),
+    "cached": ("cachedPromptTokens", "cached_prompt_tokens"),
+    "reasoning": ("reasoningTokens", "reasoning_tokens"),
+}
+"""``request_finished``'s ``usage`` counts by short name: the name the recorder writes, then
+OpenAI's, which readers accept as well (the first present wins)."""
 ContentMode = Literal["metadata-only", "disabled"]
 UsageEvidenceName = Literal["provider-reported", "local-estimate", "unknown"]
 
@@ -69,6 +80,19 @@ def uuid7(now_ms: int | None = None) -> str:
     b[8] = 0x80 | (b[8] & 0x3F)  # RFC 9562 variant
     h = b.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def usage_counts(usage: Mapping[str, Any]) -> dict[str, int]:
+    """The integer token counts of a ``usage`` object by short name (``prompt``, ``completion``,
+    ``total``, ``cached``, ``reasoning``), in that order; a count that is absent is left out."""
+    counts: dict[str, int] = {}
+    for short, names in USAGE_TOKEN_NAMES.items():
+        for name in names:
+            value = usage.get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                counts[short] = value
+                break
+    return counts
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, Final, Literal, cast
 
-from tollway.audit.events import AuditEvent
+from tollway.audit.events import USAGE_TOKEN_NAMES, AuditEvent
 from tollway.metering.exceptions import MalformedUsageEvent
 
 __all__ = ["EVIDENCE", "STATUS_CLASSES", "Evidence", "StatusClass", "UsageRecord", "usage_record"]
@@ -48,13 +48,7 @@ MAX_TOKENS: Final = 10**12
 MAX_COST_MICRO_USD: Final = 10**15
 """One billion USD: anything above is a bug upstream, not a bill."""
 _MAX_TS_MS: Final = 253_402_300_800_000
-_TOKEN_NAMES: Final[dict[str, tuple[str, ...]]] = {
-    "prompt": ("prompt", "promptTokens", "prompt_tokens"),
-    "completion": ("completion", "completionTokens", "completion_tokens"),
-    "total": ("total", "totalTokens", "total_tokens"),
-    "cached": ("cached", "cachedPromptTokens", "cached_prompt_tokens"),
-    "reasoning": ("reasoning", "reasoningTokens", "reasoning_tokens"),
-}
+_TOKEN_NAMES: Final[dict[str, tuple[str, ...]]] = {short: (short, *names) for short, names in USAGE_TOKEN_NAMES.items()}
 _REQUIRED_TOKENS: Final = ("prompt", "completion", "total")
 
 

@@ -90,7 +90,7 @@ def finished(rid: str, ts: int, attempts: int = 1) -> AuditEvent:
         attempts=attempts,
         admission_ms=0.5,
         total_ms=99.75,
-        usage={"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+        usage={"promptTokens": 11, "completionTokens": 7, "totalTokens": 18},  # the recorder's names
         usage_evidence="provider-reported",
         cancellation=None,
         principal_id="p-1",
@@ -135,7 +135,7 @@ def test_a_request_is_one_request_item_and_one_item_per_attempt() -> None:
     assert (r.principal_id, r.tenant_id, r.team_id, r.key_id, r.alias) == ("p-1", "t-1", "core", "k-1", "chat")
     assert (r.stream, r.content_mode, r.max_attempts, r.root_digest) == (True, "metadata-only", 3, DIGEST)
     assert (r.status, r.outcome, r.attempt_count, r.admission_ms, r.total_ms) == (200, "ok", 2, 0.5, 99.75)
-    assert r.usage == {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+    assert r.usage == {"promptTokens": 11, "completionTokens": 7, "totalTokens": 18}
     assert r.usage_evidence == "provider-reported"
     assert [a.number for a in view.attempts] == [1, 2]
     first, second = view.attempts

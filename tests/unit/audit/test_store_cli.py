@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import time
@@ -10,6 +11,7 @@ import pytest
 
 from tests.unit.audit.test_store import T0, admitted, attempt_done, finished, retried_request, started
 from tollway.audit.cli import main, parse_since
+from tollway.audit.events import AuditEvent
 from tollway.audit.store import MemoryAuditStore
 
 
@@ -80,7 +82,39 @@ def test_show_json_carries_every_field_and_the_incomplete_flags(store: MemoryAud
     full = json.loads(done)
     assert full["incomplete"] is False
     assert [a["outcome"] for a in full["attempts"]] == ["error", "ok"]
-    assert full["request"]["usage"] == {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+    assert full["request"]["usage"] == {"promptTokens": 11, "completionTokens": 7, "totalTokens": 18}
+
+
+def _with_usage(event: AuditEvent, usage: dict[str, object] | None) -> AuditEvent:
+    return dataclasses.replace(event, body={**event.body, "usage": usage})
+
+
+@pytest.mark.parametrize(
+    ("usage", "shown", "total"),
+    [
+        (
+            {"promptTokens": 3, "completionTokens": 4, "totalTokens": 7, "cachedPromptTokens": 1, "reasoningTokens": 0},
+            "usage prompt=3 completion=4 total=7 cached=1 reasoning=0 (provider-reported)",
+            "7",
+        ),
+        ({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}, "usage prompt=3 completion=4 total=7 (", "7"),
+        ({"promptTokens": 3}, "usage prompt=3 (provider-reported)", "-"),
+        ({}, "usage - (provider-reported)", "-"),
+        (None, "usage - (provider-reported)", "-"),
+    ],
+    ids=["recorder-names", "openai-names", "no-total", "no-counts", "null"],
+)
+def test_usage_is_read_under_the_recorders_names_and_openais(
+    usage: dict[str, object] | None, shown: str, total: str
+) -> None:
+    store = MemoryAuditStore()
+    store.apply([admitted("r-u", ts=T0), _with_usage(finished("r-u", T0 + 5), usage)])
+
+    _, text = run(store, "show", "r-u")
+    _, listing = run(store, "list", "--since", "2025-11-29T07:00:00Z")
+
+    assert shown in text.splitlines()[0]
+    assert listing.splitlines()[1].split()[-1] == total
 
 
 def test_show_of_an_unknown_request_exits_1(store: MemoryAuditStore, capsys: pytest.CaptureFixture[str]) -> None:
