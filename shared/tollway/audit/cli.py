@@ -128,7 +128,7 @@ def _request_lines(r: RequestRecord) -> list[str]:
                 ("admission", _ms(r.admission_ms)),
                 ("error", r.error_code),
                 ("cancellation", r.cancellation),
-                ("cost", r.cost),
+                ("cost", None if r.cost is None else f"${r.cost / 1_000_000:.6f}"),
                 ("pricing", r.pricing_version),
             ]
         ),

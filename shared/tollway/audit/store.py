@@ -179,7 +179,8 @@ class RequestRecord:
     total_ms: float | None = None
     usage: dict[str, int] | None = None
     usage_evidence: str | None = None
-    cost: float | None = None
+    cost: int | None = None
+    """Integer micro-USD (``None``: unknown)."""
     pricing_version: str | None = None
     cancellation: str | None = None
     expires_at: int | None = None
@@ -417,7 +418,7 @@ def _request_record(request_id: str, item: Mapping[str, Any]) -> RequestRecord:
         total_ms=_float(item, "totalMs"),
         usage=_usage(item),
         usage_evidence=_str(item, "usageEvidence"),
-        cost=_float(item, "cost"),
+        cost=_int(item, "cost"),
         pricing_version=_str(item, "pricingVersion"),
         cancellation=_str(item, "cancellation"),
         expires_at=_int(item, "expiresAt"),

@@ -117,6 +117,24 @@ def test_usage_is_read_under_the_recorders_names_and_openais(
     assert listing.splitlines()[1].split()[-1] == total
 
 
+def test_cost_is_shown_in_dollars_from_integer_micro_usd() -> None:
+    store = MemoryAuditStore()
+    done = finished("r-c", T0 + 5)
+    store.apply([admitted("r-c", ts=T0), dataclasses.replace(done, body={**done.body, "cost": 1_234_567})])
+
+    _, text = run(store, "show", "r-c")
+    _, raw = run(store, "show", "r-c", "--json")
+
+    assert "cost $1.234567" in text.splitlines()[2]
+    assert json.loads(raw)["request"]["cost"] == 1_234_567
+
+
+def test_an_unknown_cost_is_shown_as_missing(store: MemoryAuditStore) -> None:
+    _, text = run(store, "show", "r-done")
+
+    assert "cost -" in text.splitlines()[2]
+
+
 def test_show_of_an_unknown_request_exits_1(store: MemoryAuditStore, capsys: pytest.CaptureFixture[str]) -> None:
     code, text = run(store, "show", "r-missing")
 
