@@ -85,8 +85,9 @@ def test_show_json_carries_every_field_and_the_incomplete_flags(store: MemoryAud
     assert full["request"]["usage"] == {"promptTokens": 11, "completionTokens": 7, "totalTokens": 18}
 
 
-def _with_usage(event: AuditEvent, usage: dict[str, object] | None) -> AuditEvent:
-    return dataclasses.replace(event, body={**event.body, "usage": usage})
+def _with(event: AuditEvent, field: str, value: object) -> AuditEvent:
+    """``event`` with one body field replaced."""
+    return dataclasses.replace(event, body={**event.body, field: value})
 
 
 @pytest.mark.parametrize(
@@ -108,7 +109,7 @@ def test_usage_is_read_under_the_recorders_names_and_openais(
     usage: dict[str, object] | None, shown: str, total: str
 ) -> None:
     store = MemoryAuditStore()
-    store.apply([admitted("r-u", ts=T0), _with_usage(finished("r-u", T0 + 5), usage)])
+    store.apply([admitted("r-u", ts=T0), _with(finished("r-u", T0 + 5), "usage", usage)])
 
     _, text = run(store, "show", "r-u")
     _, listing = run(store, "list", "--since", "2025-11-29T07:00:00Z")
@@ -119,8 +120,7 @@ def test_usage_is_read_under_the_recorders_names_and_openais(
 
 def test_cost_is_shown_in_dollars_from_integer_micro_usd() -> None:
     store = MemoryAuditStore()
-    done = finished("r-c", T0 + 5)
-    store.apply([admitted("r-c", ts=T0), dataclasses.replace(done, body={**done.body, "cost": 1_234_567})])
+    store.apply([admitted("r-c", ts=T0), _with(finished("r-c", T0 + 5), "cost", 1_234_567)])
 
     _, text = run(store, "show", "r-c")
     _, raw = run(store, "show", "r-c", "--json")
