@@ -72,14 +72,20 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers: their group is the server's pid
+        _kill_group(self.proc.pid)
         if self._drain is not None:
             self._drain.join(timeout=5)
         if self.proc.stdout is not None and (self._drain is None or not self._drain.is_alive()):
             self.proc.stdout.close()  # closing it under a blocked reader would wait for that read
         if self._log is not None and (self._drain is None or not self._drain.is_alive()):
             self._log.close()
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL what is left of the process group of a server started with ``start_new_session``
+    (its group id is its pid): the workers and helpers it left behind."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def _pump(stream: IO[str], sink: IO[str], lines: queue.Queue[str | None], started: threading.Event) -> None:
@@ -181,8 +187,7 @@ def start_polled(
     if proc.poll() is None:
         proc.kill()
         proc.wait(timeout=5)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    _kill_group(proc.pid)
     log.close()
     tail = log_path.read_text(errors="replace")[-1500:]
     raise RuntimeError(f"{name} {status}; log tail:\n{tail}")

@@ -40,6 +40,7 @@ from tollway.audit.store import (
     StoreSettings,
     iso_ts,
 )
+from tollway.metering.query import usd
 
 __all__ = ["main", "parse_since", "render_list", "render_view"]
 
@@ -128,7 +129,7 @@ def _request_lines(r: RequestRecord) -> list[str]:
                 ("admission", _ms(r.admission_ms)),
                 ("error", r.error_code),
                 ("cancellation", r.cancellation),
-                ("cost", None if r.cost is None else f"${r.cost / 1_000_000:.6f}"),
+                ("cost", None if r.cost is None else f"${usd(r.cost)}"),
                 ("pricing", r.pricing_version),
             ]
         ),
