@@ -46,14 +46,33 @@ shutdown), so another replica may be denied while at most one lease per other re
 A replica that dies without giving back strands its lease until the window ends (for a lifetime
 counter, until an operator lowers ``granted``). Keep the lease a small fraction of the limit.
 
+Refills and waiting
+-------------------
+Each counter has at most one call to the store in flight (``busy``). A request that the remainder
+cannot cover starts that counter's refill at once, unless one is already in flight, and the refill
+asks for enough to bring the remainder up to one lease, or up to what every request waiting on the
+counter needs when that is more (``want``, ``waiting``). It is sent on the loop's next turn, so
+every request already runnable when it starts is counted in it, and requests arriving while it is
+in flight are counted in the next one: a burst costs about one store call per counter per round
+trip it lasts, however many requests it holds. Units asked for waiting requests are reserved by
+them at once, so the unreserved remainder still stays within one lease (the refresher trims what
+settlements, or waiters that left, push above it). A request on several counters waits on all the
+short ones at once.
+
+:meth:`LocalLedger.reserve` waits on the counter's ``filled`` event, which every call to the store
+for it sets when it ends, and tries again. It stops at its deadline, and only there: a wake-up
+that leaves it short (others took the units first, the grant went to earlier waiters) just makes
+it wait again for the next refill.
+
 Fail closed
 -----------
 A reservation that the local remainder cannot cover fails with a :class:`Denial` whose
-:class:`DenyReason` tells why: ``budget exhausted`` (the store granted less than asked, or the
-amount exceeds the limit), ``store unavailable`` (the last call to the store failed: nothing is
-admitted on credit), or, from the synchronous path only, ``lease pending`` (no answer yet; the
-refresher has been woken). :meth:`LocalLedger.reserve` waits for the pending lease, boundedly, and
-turns a timeout into ``store unavailable``.
+:class:`DenyReason` tells why: ``budget exhausted`` (the store granted less than asked, so the
+counter is at its limit; or the amount exceeds the limit), ``store unavailable`` (the last call to
+the store failed: nothing is admitted on credit), or, from the synchronous path only, ``lease
+pending`` (a refill is in flight and has not answered). :meth:`LocalLedger.reserve` waits for the
+pending lease until its deadline and turns one that does not come into ``store unavailable``;
+exhaustion and a failed store end the wait as soon as the refill says so.
 
 Windows
 -------
@@ -71,12 +90,12 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -99,8 +118,6 @@ __all__ = [
 
 log = logging.getLogger("tollway.governance.leases")
 
-_MAX_WAITS: Final = 4
-"""Refills one :meth:`LocalLedger.reserve` waits for before it gives up."""
 _DRAIN_TRIES: Final = 3
 """Attempts to repay a closed window's debt before it is booked as unpaid overshoot."""
 
@@ -249,6 +266,7 @@ class _Counter:
         "retry_at",
         "spent",
         "unavailable",
+        "waiting",
         "want",
         "window_end",
     )
@@ -260,12 +278,16 @@ class _Counter:
         self.window_end = window_end
         self.expires_at = expires_at
         self.granted = self.remaining = self.reserved = self.spent = self.debt = self.overshoot = 0
-        self.want = self.inflight = self.failures = self.drains = 0
-        self.busy = self.exhausted = self.unavailable = False
+        self.want = self.waiting = self.inflight = self.failures = self.drains = 0
+        """``want``: the largest amount refused since the last refill; ``waiting``: the sum of the
+        amounts :meth:`LocalLedger.reserve` calls are waiting for on this counter."""
+        self.exhausted = self.unavailable = False
         self.exhausted_until = self.retry_at = 0.0
         self.last_used = time.monotonic()
         self.filled = asyncio.Event()
         """Set (and replaced) when a call to the store for this counter ends."""
+        self.busy = False
+        """A call to the store for this counter is in flight (at most one is)."""
 
     def notify(self) -> None:
         done, self.filled = self.filled, asyncio.Event()
@@ -283,6 +305,10 @@ class _Hold:
     limit: Limit
     counter: _Counter
     amount: int
+
+    def short(self) -> bool:
+        """The counter's remainder cannot cover this hold now (or the counter is in debt)."""
+        return bool(self.counter.debt) or self.counter.remaining < self.amount
 
 
 class Reservation:
@@ -319,11 +345,23 @@ class CounterStats:
     """All settlement above reservation, covered or not."""
     exhausted: bool
     unavailable: bool
+    waiting: int = 0
+    """Units that :meth:`LocalLedger.reserve` calls are waiting for on this counter."""
 
 
 def _stats(c: _Counter) -> CounterStats:
     return CounterStats(
-        c.key, c.limit, c.granted, c.remaining, c.reserved, c.spent, c.debt, c.overshoot, c.exhausted, c.unavailable
+        c.key,
+        c.limit,
+        c.granted,
+        c.remaining,
+        c.reserved,
+        c.spent,
+        c.debt,
+        c.overshoot,
+        c.exhausted,
+        c.unavailable,
+        c.waiting,
     )
 
 
@@ -347,6 +385,8 @@ class LocalLedger:
         self._pruned_debt = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._jobs: set[asyncio.Task[None]] = set()
+        """Calls to the store in flight, one at most per counter."""
         self._closing = False
 
     def now(self) -> float:
@@ -360,7 +400,14 @@ class LocalLedger:
         return self.try_reserve_many(((limit, amount),))
 
     def try_reserve_many(self, charges: Iterable[tuple[Limit, int]]) -> Reservation | Denial:
-        """Reserve on every counter or on none (a request's RPM, TPM and budgets together). Never awaits."""
+        """Reserve on every counter or on none (a request's RPM, TPM and budgets together). Never awaits.
+
+        A counter that cannot cover its part starts its refill; ``lease pending`` is returned only
+        when every short counter is waiting for one (any other reason wins, and nothing waits for it).
+        """
+        return self._try(self._holds(charges))
+
+    def _holds(self, charges: Iterable[tuple[Limit, int]]) -> tuple[_Hold, ...]:
         now = self._clock()
         merged: dict[str, _Hold] = {}
         for limit, amount in charges:
@@ -371,14 +418,22 @@ class LocalLedger:
                 merged[limit.counter] = _Hold(limit, self._current(limit, now), amount)
             else:
                 merged[limit.counter] = _Hold(same.limit, same.counter, same.amount + amount)
-        holds = tuple(merged.values())
+        return tuple(merged.values())
+
+    def _try(self, holds: tuple[_Hold, ...]) -> Reservation | Denial:
+        pending: Denial | None = None
         for h in holds:
-            c = h.counter
-            if c.debt or c.remaining < h.amount:
+            if h.short():
+                c = h.counter
                 if h.amount <= c.limit:
                     c.want = max(c.want, h.amount)
-                self._wake_refresher()
-                return Denial(self._reason(c, h.amount), h.limit)
+                self._kick(c)
+                reason = self._reason(c, h.amount)
+                if reason is not DenyReason.LEASE_PENDING:
+                    return Denial(reason, h.limit)
+                pending = pending or Denial(reason, h.limit)
+        if pending is not None:
+            return pending
         mono = time.monotonic()
         for h in holds:
             c = h.counter
@@ -387,7 +442,7 @@ class LocalLedger:
             c.inflight += 1
             c.last_used = mono
             if c.remaining < c.lease * self.policy.low_water:
-                self._wake_refresher()
+                self._kick(c)
         return Reservation(holds)
 
     def settle(self, reservation: Reservation, actual: int | Mapping[Limit, int]) -> None:
@@ -421,7 +476,7 @@ class LocalLedger:
             c.debt += extra - covered
             c.overshoot += extra
             if c.debt:
-                self._wake_refresher()
+                self._kick(c)
 
     def release(self, reservation: Reservation) -> None:
         """Settle at zero: the request never reached a provider."""
@@ -458,6 +513,36 @@ class LocalLedger:
             with contextlib.suppress(RuntimeError):  # no running loop: the caller starts it later
                 self.start()
 
+    def _kick(self, c: _Counter) -> None:
+        """Start ``c``'s refill now if it is due and none is in flight; otherwise do nothing.
+
+        The refill runs as its own task from the loop's next turn, so neither the request that
+        kicks it nor a slow call for another counter holds it up, and every request that comes up
+        short before it starts is counted in its amount.
+        """
+        if c.busy or self._closing or not self._due(c, time.monotonic()):
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no running loop: the refresher does it once started
+            return
+        if self._task is None:
+            self.start()
+        self._launch(c, self._refill(c))
+
+    def _launch(self, c: _Counter, job: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run one call to the store for ``c`` as a task; ``busy`` is set before anything else can look."""
+        c.busy = True
+        task = asyncio.get_running_loop().create_task(job)
+        self._jobs.add(task)
+        task.add_done_callback(self._job_done)
+        return task
+
+    def _job_done(self, task: asyncio.Task[None]) -> None:
+        self._jobs.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("lease refresh step failed", exc_info=exc)
+
     # ------------------------------------------------------------ request path (waiting for a lease)
 
     async def reserve(self, limit: Limit, amount: int, *, timeout: float | None = None) -> Reservation | Denial:
@@ -468,25 +553,30 @@ class LocalLedger:
     ) -> Reservation | Denial:
         """:meth:`try_reserve_many`, waiting up to ``timeout`` (``LeasePolicy.wait_s``) for a pending lease.
 
-        Never returns ``lease pending``: a lease that does not arrive in time is ``store unavailable``.
+        While it waits, its amount counts in the refill of every counter it is short on. It tries
+        again after each call to the store for the first of them ends, as often as that takes:
+        only the deadline turns ``lease pending`` into ``store unavailable``, and a refill that
+        finds the counter at its limit or the store failing ends the wait with that reason.
         """
         charges = tuple(charges)
         deadline = time.monotonic() + (self.policy.wait_s if timeout is None else timeout)
-        result = self.try_reserve_many(charges)
-        for _ in range(_MAX_WAITS):
+        while True:
+            holds = self._holds(charges)  # again each time: the window may have moved on
+            result = self._try(holds)
             if not isinstance(result, Denial) or result.reason is not DenyReason.LEASE_PENDING:
                 return result
             left = deadline - time.monotonic()
             if left <= 0:
-                break
+                return Denial(DenyReason.STORE_UNAVAILABLE, result.limit)
+            short = [h for h in holds if h.short()]
+            for h in short:
+                h.counter.waiting += h.amount
             try:
-                await asyncio.wait_for(self._counters[result.limit.counter].filled.wait(), left)
-            except TimeoutError:
-                break
-            result = self.try_reserve_many(charges)
-        if isinstance(result, Denial) and result.reason is DenyReason.LEASE_PENDING:
-            return Denial(DenyReason.STORE_UNAVAILABLE, result.limit)
-        return result
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(short[0].counter.filled.wait(), left)
+            finally:
+                for h in short:
+                    h.counter.waiting -= h.amount
 
     # ------------------------------------------------------------ the refresher
 
@@ -522,42 +612,41 @@ class LocalLedger:
         jobs = []
         for c in self._counters.values():
             if self._due(c, mono):
-                jobs.append(self._refill(c))
+                jobs.append(self._launch(c, self._refill(c)))
             elif (
                 idle is not None
                 and c.remaining
-                and not (c.busy or c.inflight or c.debt)
+                and not (c.busy or c.inflight or c.debt or c.waiting)
                 and mono - c.last_used >= idle
                 and mono >= c.retry_at
             ):
-                jobs.append(self._drain(c))
-            elif c.remaining > c.lease and not c.busy and mono >= c.retry_at:
-                jobs.append(self._drain(c, keep=c.lease))
-        jobs += [self._drain(c) for c in self._retired if not c.busy and mono >= c.retry_at and (c.remaining or c.debt)]
+                jobs.append(self._launch(c, self._drain(c)))
+            elif c.remaining > c.lease + c.waiting and not c.busy and mono >= c.retry_at:
+                jobs.append(self._launch(c, self._drain(c, keep=c.lease + c.waiting)))
+        for c in self._retired:
+            if not c.busy and mono >= c.retry_at and (c.remaining or c.debt):
+                jobs.append(self._launch(c, self._drain(c)))
         if jobs:
-            for outcome in await asyncio.gather(*jobs, return_exceptions=True):
-                if isinstance(outcome, Exception):
-                    log.error("lease refresh step failed", exc_info=outcome)
+            await asyncio.wait(jobs)  # each job logs its own failure (_job_done)
         self._prune()
 
     def _due(self, c: _Counter, mono: float) -> bool:
         if c.busy or mono < c.retry_at or (c.exhausted and mono < c.exhausted_until):
             return False
-        if c.debt or c.want > c.remaining:
+        if c.debt or max(c.want, c.waiting) > c.remaining:
             return True
         idle = self.policy.idle_give_back_s
         recent = idle is None or mono - c.last_used < idle
         return recent and c.remaining < c.lease * self.policy.low_water
 
     async def _refill(self, c: _Counter) -> None:
-        want = min(max(c.lease - c.remaining, c.want - c.remaining, 0) + c.debt, c.limit)
-        if want <= 0:  # a zero limit
-            c.want, c.exhausted = 0, True
-            c.exhausted_until = time.monotonic() + self.policy.exhausted_retry_s
-            c.notify()
-            return
+        """Top the remainder up to one lease, or to what the waiting requests need if that is more,
+        and repay debt first; a grant short of the ask means the counter is at its limit."""
         c.busy = True
+        want = min(max(max(c.lease, c.want, c.waiting) - c.remaining, 0) + c.debt, c.limit)
         try:
+            if want <= 0:  # a zero limit, or settlements have filled the remainder since the kick
+                return
             got = await self.store.take(c.key, want, c.limit, c.expires_at)
         except LeaseStoreUnavailable as exc:
             log.warning("lease refresh of %s failed: %s", c.key, exc)
@@ -622,6 +711,8 @@ class LocalLedger:
                 await asyncio.wait_for(task, timeout)
             except TimeoutError:
                 log.warning("lease refresher did not stop in %.1f s", timeout)
+        if self._jobs:
+            await asyncio.wait(set(self._jobs), timeout=timeout)  # let calls in flight land before giving back
         self._retired.extend(self._counters.values())
         self._counters.clear()
         now = self._clock()
