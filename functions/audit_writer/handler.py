@@ -1,10 +1,14 @@
-"""SQS → audit store: each message of the batch is applied alone and fails alone.
+"""SQS → audit store: the batch's events are written together, and each message fails alone.
 
-Powertools' :class:`BatchProcessor` reports the failed messages in ``batchItemFailures``
-(the event source mapping has ``ReportBatchItemFailures`` on), so SQS redelivers only those and,
-past the queue's maxReceiveCount, moves them to the dead-letter queue. A redelivered message is
-harmless: the store is idempotent by ``eventId``. Even a batch in which every message fails is
-reported item by item rather than raised, so the invocation never errors on message content.
+Every message is decoded first; the store then writes the events of all the well-formed ones at
+once, merged per item (the events of one item in one batch, whichever messages hold them, are one
+conditional write) and several items in flight (:meth:`tollway.audit.store.AuditStore.apply_batch`). Powertools'
+:class:`BatchProcessor` reports the failed messages in ``batchItemFailures`` (the event source
+mapping has ``ReportBatchItemFailures`` on): a malformed message, and a message whose events
+share an item write that failed; the others are deleted. SQS redelivers only those and, past the
+queue's maxReceiveCount, moves them to the dead-letter queue. A redelivered message is harmless:
+the store is idempotent by ``eventId``. Even a batch in which every message fails is reported item
+by item rather than raised, so the invocation never errors on message content.
 
 The store comes from a factory, so tests hand :func:`build_handler` a fake; the deployed
 :data:`handler` builds the DynamoDB store the environment names on its first invocation, never
@@ -17,9 +21,10 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from tollway.audit.consumer import SqsHandler, sqs_batch_handler
+from tollway.audit.consumer import SqsHandler, sqs_merged_batch_handler
+from tollway.audit.events import AuditEvent
 from tollway.audit.messages import MalformedMessage, decode_message
 from tollway.audit.store import (
     ApplyResult,
@@ -58,9 +63,22 @@ def _describe(result: ApplyResult) -> str:
     return f"{result.applied} event(s) applied, {result.duplicates} duplicate(s), {result.unknown} of unknown kind"
 
 
+def _apply_all(store: StoreFactory, bodies: Sequence[str]) -> list[ApplyResult | Exception]:
+    """Each message's result, or why it failed: its own decoding, or the store's writes."""
+    decoded: list[list[AuditEvent] | MalformedMessage] = []
+    for body in bodies:
+        try:
+            decoded.append(decode_message(body))
+        except MalformedMessage as exc:
+            decoded.append(exc)
+    good = [d for d in decoded if not isinstance(d, MalformedMessage)]
+    results = iter(store().apply_batch(good) if good else [])
+    return [d if isinstance(d, MalformedMessage) else next(results) for d in decoded]
+
+
 def build_handler(store: StoreFactory) -> SqsHandler:
-    """A Lambda handler that applies each SQS message's events to ``store()``."""
-    return sqs_batch_handler(lambda body: store().apply(decode_message(body)), _describe, safe=_SAFE_TEXT, log=log)
+    """A Lambda handler that applies each SQS batch's messages to ``store()``, all at once."""
+    return sqs_merged_batch_handler(lambda bodies: _apply_all(store, bodies), _describe, safe=_SAFE_TEXT, log=log)
 
 
 handler = build_handler(default_store)

@@ -23,7 +23,7 @@ from functions.audit_writer import handler as handler_module
 from tollway.audit import cli
 from tollway.audit import events as ev
 from tollway.audit.events import AuditEvent
-from tollway.audit.store import DEFAULT_RETENTION_DAYS, DynamoDBAuditStore, iso_ts
+from tollway.audit.store import DEFAULT_RETENTION_DAYS, AuditStore, DynamoDBAuditStore, iso_ts
 from tollway.cloud.bootstrap import Clients, bootstrap
 from tollway.cloud.local import LocalCloud
 from tollway.cloud.resources import Topology, topology
@@ -46,9 +46,9 @@ def lifecycle(rid: str, principal: str, *, complete: bool, later_ms: int = 0) ->
 
     ``later_ms`` shifts every timestamp, so that requests built together list in a known order.
     """
-    common = {"request_id": rid, "root_digest": DIGEST}
-    route = {"route_id": "chat/primary", "deployment_id": "dep-a"}
-    fallback = {"route_id": "chat/secondary", "deployment_id": "dep-b"}
+    common: dict[str, Any] = {"request_id": rid, "root_digest": DIGEST}
+    route: dict[str, Any] = {"route_id": "chat/primary", "deployment_id": "dep-a"}
+    fallback: dict[str, Any] = {"route_id": "chat/secondary", "deployment_id": "dep-b"}
     events = [
         ev.request_admitted(
             **common,
@@ -302,3 +302,68 @@ def test_the_cli_shows_a_request_with_its_ordered_attempts_from_dynamodb(
 
     assert cli.main(["show", "req-never"]) == 1
     assert "no audit record for request req-never" in capsys.readouterr().err
+
+
+class WriteCalls:
+    """The audit store's DynamoDB calls by operation, counted with a botocore ``before-call`` hook."""
+
+    def __init__(self, store: AuditStore) -> None:
+        assert isinstance(store, DynamoDBAuditStore)
+        self.ops: list[str] = []
+        store.client.meta.events.register("before-call.dynamodb", self)
+
+    def __call__(self, model: Any, **_: Any) -> None:
+        self.ops.append(model.name)
+
+    def take(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for op in self.ops:
+            counts[op] = counts.get(op, 0) + 1
+        self.ops.clear()
+        return counts
+
+
+def test_a_batch_is_one_write_per_item_and_a_replay_one_failed_write_per_item(rig: Rig) -> None:
+    calls = WriteCalls(handler_module.default_store())  # the store the handler builds and keeps
+    requests = [lifecycle(f"req-merge-{n}", "principal-m", complete=True, later_ms=n) for n in range(3)]
+    # Each request's start in one message and its end in another, as the shipper cuts a busy WAL.
+    bodies = [message([e for r in requests for e in r[:3]]), message([e for r in requests for e in r[3:]])]
+    rig.send(*bodies)
+
+    outcome = rig.runner.poll_once(rig.mapping, wait_s=1)
+
+    assert (outcome.received, outcome.deleted, outcome.retried, outcome.error) == (2, 2, (), None)
+    assert calls.take() == {"PutItem": 9}  # a request item and two attempt items each, one write apiece
+    before = rig.items()
+    assert len(before) == 9
+    store = DynamoDBAuditStore.from_env()
+    for r in requests:
+        view = store.get_request(r[0].request_id)
+        assert view is not None and not view.incomplete
+        assert [(a.number, a.outcome) for a in view.attempts] == [(1, "error"), (2, "ok")]
+
+    # Redelivered in another batching: every event is a duplicate, found by one failed write per item.
+    rig.send(message([e for r in requests for e in r][::-1]), message(requests[0][:1] + requests[2][::-1]))
+    replay = rig.runner.poll_once(rig.mapping, wait_s=1)
+    assert (replay.received, replay.deleted, replay.retried) == (2, 2, ())
+    assert calls.take() == {"PutItem": 9}
+    assert rig.items() == before
+
+
+def test_an_item_partly_stored_is_completed_by_one_update_of_what_it_lacks(rig: Rig) -> None:
+    calls = WriteCalls(handler_module.default_store())
+    events = lifecycle("req-half", "principal-h", complete=True)
+    rig.send(message(events[:2]))  # admitted, attempt 1 started
+    rig.deliver(1)
+    calls.take()
+
+    rig.send(message(events))
+    rig.deliver(1)
+
+    # The request and attempt 1 exist: a failed create each, then one update with the rest.
+    # Attempt 2 is new: one create.
+    assert calls.take() == {"PutItem": 3, "UpdateItem": 2}
+    view = DynamoDBAuditStore.from_env().get_request("req-half")
+    assert view is not None and not view.incomplete and len(view.attempts) == 2
+    request = next(i for i in rig.items() if i["sk"]["S"] == "REQUEST")
+    assert sorted(request["eventIds"]["SS"]) == sorted([events[0].event_id, events[-1].event_id])

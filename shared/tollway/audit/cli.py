@@ -3,10 +3,12 @@
 - ``show REQUEST_ID [--json]``: the request line, then each attempt in order with its outcome,
   status, timings and route; an attempt or request without its terminal event is marked
   ``INCOMPLETE``.
-- ``list --since DURATION|ISO [--principal P] [--limit N] [--json]``: admitted requests, newest
-  first. ``DURATION`` is a number and a unit (``90s``, ``15m``, ``2h``, ``7d``, ``1w``) back from
-  now; ``ISO`` is an ISO-8601 date or time (UTC when it has no offset). With ``--principal`` the
-  read is one index query; without, it scans the table (an operator's tool, not a hot path).
+- ``list --since DURATION|ISO [--principal P] [--limit N] [--json]``: admitted requests, and
+  requests rejected before admission (status 4xx, outcome ``rejected``, no attempts; the
+  ``ADMITTED`` column then shows when it was rejected), newest first. ``DURATION`` is a number
+  and a unit (``90s``, ``15m``, ``2h``, ``7d``, ``1w``) back from now; ``ISO`` is an ISO-8601 date
+  or time (UTC when it has no offset). With ``--principal`` the read is one index query; without,
+  it scans the table (an operator's tool, not a hot path).
 
 The table is ``$TOLLWAY_TABLE_AUDIT``, else the audit table of stage ``$TOLLWAY_STAGE`` (default
 ``tollway``); the endpoint is ``$AWS_ENDPOINT_URL`` (a local cloud) or AWS. Exit status: 0, 1 when
@@ -41,6 +43,7 @@ from tollway.audit.store import (
     iso_ts,
 )
 from tollway.metering.query import usd
+from tollway.up_state import read_state
 
 __all__ = ["main", "parse_since", "render_list", "render_view"]
 
@@ -95,9 +98,12 @@ def _line(pairs: Iterable[tuple[str, object]]) -> str:
 
 
 def _request_lines(r: RequestRecord) -> list[str]:
-    state = "INCOMPLETE (no request_finished)" if r.incomplete else "complete"
-    if r.admitted_at_ms is None:
-        state += " (no request_admitted stored)"
+    if r.rejected:
+        state = "rejected before admission"
+    else:
+        state = "INCOMPLETE (no request_finished)" if r.incomplete else "complete"
+        if r.admitted_at_ms is None:
+            state += " (no request_admitted stored)"
     head = _line(
         [
             ("status", r.status),
@@ -124,6 +130,7 @@ def _request_lines(r: RequestRecord) -> list[str]:
         "  "
         + _line(
             [
+                *([("rejected", _at(r.rejected_at_ms))] if r.rejected else []),
                 ("admitted", _at(r.admitted_at_ms)),
                 ("finished", _at(r.finished_at_ms)),
                 ("admission", _ms(r.admission_ms)),
@@ -164,7 +171,8 @@ def _attempt_line(a: AttemptView) -> str:
 
 def render_view(view: RequestView) -> str:
     lines = _request_lines(view.request)
-    lines += [_attempt_line(a) for a in view.attempts] or ["  no attempts stored"]
+    none = "  no attempts (rejected before admission)" if view.request.rejected else "  no attempts stored"
+    lines += [_attempt_line(a) for a in view.attempts] or [none]
     return "\n".join(lines)
 
 
@@ -175,7 +183,7 @@ def render_list(records: Sequence[RequestRecord]) -> str:
         tokens = None if r.usage is None else usage_counts(r.usage).get("total")
         rows.append(
             (
-                _at(r.admitted_at_ms),
+                _at(r.at_ms),
                 r.request_id,
                 _text(r.principal_id),
                 _text(r.alias),
@@ -191,7 +199,8 @@ def render_list(records: Sequence[RequestRecord]) -> str:
 
 
 def _as_json(item: RequestRecord | AttemptView) -> dict[str, Any]:
-    return dataclasses.asdict(item) | {"incomplete": item.incomplete}
+    rejected = {"rejected": item.rejected} if isinstance(item, RequestRecord) else {}
+    return dataclasses.asdict(item) | {"incomplete": item.incomplete} | rejected
 
 
 def _dump(value: object, out: TextIO) -> None:
@@ -229,6 +238,16 @@ def stage_audit_table(stage: str) -> str:
 
 
 def _default_store(environ: Mapping[str, str]) -> AuditStore:
+    running = None if environ.get("AWS_ENDPOINT_URL", "").strip() else read_state()
+    if running is not None:
+        # No endpoint given: the local cloud of the `tollway up` running in this directory.
+        stage = environ.get("TOLLWAY_STAGE", "").strip() or running.stage
+        environ = {
+            **environ,
+            "AWS_ENDPOINT_URL": running.endpoint,
+            "AWS_REGION": running.region,
+            "TOLLWAY_STAGE": stage,
+        }
     table = environ.get("TOLLWAY_TABLE_AUDIT", "").strip()
     if not table:
         table = stage_audit_table(environ.get("TOLLWAY_STAGE", "").strip())

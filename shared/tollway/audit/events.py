@@ -1,13 +1,17 @@
 """Audit events: the metadata-only record of one logical request and its physical attempts.
 
-Four kinds, appended in this order for a request (a stream yields one summarized attempt, never a
-record per chunk)::
+Four kinds, appended in this order for an admitted request (a stream yields one summarized
+attempt, never a record per chunk)::
 
     request_admitted  → (attempt_started → attempt_finished)+ → request_finished
 
 A crash can leave an ``attempt_started`` without its ``attempt_finished``; the store reports that
-attempt as incomplete. Every event is one UTF-8 JSON object, the WAL record payload and the unit
-the sink writes idempotently by ``eventId``::
+attempt as incomplete. A request answered 4xx after authentication but before admission (a bad
+body, an unknown or forbidden alias, a body too large, a rate limit or budget) is one
+``request_rejected`` event instead, and nothing else.
+
+Every event is one UTF-8 JSON object, the WAL record payload and the unit the sink writes
+idempotently by ``eventId``::
 
     {"schemaVersion": 1, "eventId": "<uuidv7>", "kind": "attempt_started",
      "requestId": "<x-request-id>", "attempt": 1 | null, "ts": <epoch ms>,
@@ -34,6 +38,7 @@ import orjson
 
 __all__ = [
     "EVENT_KINDS",
+    "KNOWN_KINDS",
     "SCHEMA_VERSION",
     "USAGE_TOKEN_NAMES",
     "AuditEvent",
@@ -43,18 +48,22 @@ __all__ = [
     "decode_event",
     "request_admitted",
     "request_finished",
+    "request_rejected",
     "usage_counts",
     "uuid7",
 ]
 
 SCHEMA_VERSION: Final = 1
-EventKind = Literal["request_admitted", "attempt_started", "attempt_finished", "request_finished"]
+EventKind = Literal["request_admitted", "attempt_started", "attempt_finished", "request_finished", "request_rejected"]
 EVENT_KINDS: Final[tuple[EventKind, ...]] = (
     "request_admitted",
     "attempt_started",
     "attempt_finished",
     "request_finished",
 )
+"""An admitted request's kinds, in append order."""
+KNOWN_KINDS: Final[tuple[EventKind, ...]] = (*EVENT_KINDS, "request_rejected")
+"""Every kind this schema version defines; readers skip the others."""
 USAGE_TOKEN_NAMES: Final[dict[str, tuple[str, ...]]] = {
     "prompt": ("promptTokens", "prompt_tokens"),
     "completion": ("completionTokens", "completion_tokens"),
@@ -202,12 +211,13 @@ def attempt_started(
     deployment_id: str,
     provider_format: str,
     physical_model: str,
-    reason: Literal["first", "retry", "fallback"],
+    reason: Literal["first", "retry", "fallback", "continuation"],
     root_generation: int | None = None,
     route_bucket: str | None = None,
     pricing_version: str | None = None,
 ) -> AuditEvent:
-    """``reason``: ``retry`` re-tries a deployment already tried; ``fallback`` moves to another.
+    """``reason``: ``retry`` re-tries a deployment already tried; ``fallback`` moves to another;
+    ``continuation`` goes on with a stream that another attempt began (``streamRecovery: continue``).
     ``routeBucket`` is the canary/A-B bucket the route decision chose, if the alias splits."""
     return _event(
         "attempt_started",
@@ -240,9 +250,11 @@ def attempt_finished(
     first_token_ms: float | None,
     total_ms: float,
     connect_ms: float | None = None,
+    skipped_events: int = 0,
 ) -> AuditEvent:
     """``outcome``: ok, error, cancelled or midstream_error (``AttemptRecord.outcome``).
-    ``connectMs``: connection set-up, ``0`` for a pooled connection reused, ``None`` when unknown."""
+    ``connectMs``: connection set-up, ``0`` for a pooled connection reused, ``None`` when unknown.
+    ``skippedEvents``: undecodable stream events skipped without failing the attempt."""
     return _event(
         "attempt_finished",
         request_id,
@@ -258,6 +270,7 @@ def attempt_finished(
             "firstTokenMs": None if first_token_ms is None else round(first_token_ms, 3),
             "totalMs": round(total_ms, 3),
             "cancelled": outcome == "cancelled",
+            "skippedEvents": skipped_events,
         },
     )
 
@@ -313,5 +326,44 @@ def request_finished(
             "pricingTier": pricing_tier,
             "costEvidence": cost_evidence,
             "cancellation": cancellation,
+        },
+    )
+
+
+def request_rejected(
+    *,
+    request_id: str,
+    root_digest: str,
+    principal_id: str,
+    tenant: str,
+    team: str | None,
+    key_id: str,
+    alias: str | None,
+    status: int,
+    error_code: str,
+    stream: bool | None,
+) -> AuditEvent:
+    """An authenticated request answered 4xx before admission: the whole record of that request.
+
+    ``alias`` is a published alias the request named, or ``None``: never a model name the caller
+    typed that is not one (it could be anything, content included). ``stream`` is ``None`` when the
+    body was not read far enough to know."""
+    return _event(
+        "request_rejected",
+        request_id,
+        None,
+        root_digest,
+        {
+            "principalId": principal_id,
+            "tenantId": tenant,
+            "teamId": team,
+            "keyId": key_id,
+            "alias": alias,
+            "operation": "chat.completions",
+            "stream": stream,
+            "status": status,
+            "outcome": "rejected",
+            "errorCode": error_code,
+            "attempts": 0,
         },
     )

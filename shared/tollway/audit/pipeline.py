@@ -132,6 +132,7 @@ class AuditPipeline:
         out: dict[str, Any] = {
             "wal": {k: wal[k] for k in _WAL_PUBLIC if k in wal},
             "dropped_after_dispatch": self.recorder.dropped,
+            "rejected_unrecorded": self.recorder.rejected_unrecorded,
         }
         if self.shipper is not None:
             shipped = self.shipper.stats()

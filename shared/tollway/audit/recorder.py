@@ -14,6 +14,11 @@ in-memory append to the WAL writer's queue except where durability demands a wai
 
 After dispatch nothing can be undone, so ``attempt_finished`` and ``request_finished`` failures are
 logged and counted, never raised (the store reports the missing terminal as an incomplete attempt).
+
+A request answered 4xx after authentication but before admission is one ``request_rejected``
+event, appended without waiting under either profile: it is the whole record of a request that
+reached no provider. A WAL that refuses it must not turn the 4xx into a 5xx, so that failure is
+counted too, never raised. An unauthenticated 401 names no principal: the app counts it.
 ``contentMode: disabled`` records no request-level events at all.
 """
 
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
     from tollway.audit.wal import WalWriter
     from tollway.gateway import AttemptRecord, RequestContext
     from tollway.governance.meter import CostRecord
+    from tollway.governance.principals import Principal
     from tollway.routing.plan import RouteTarget
 
 __all__ = ["AuditRecorder"]
@@ -38,7 +44,15 @@ log = logging.getLogger("tollway.audit")
 
 
 class AuditRecorder:
-    __slots__ = ("_commit_timeout_s", "_content_mode", "_durable", "_terminal_commit", "dropped", "writer")
+    __slots__ = (
+        "_commit_timeout_s",
+        "_content_mode",
+        "_durable",
+        "_terminal_commit",
+        "dropped",
+        "rejected_unrecorded",
+        "writer",
+    )
 
     def __init__(
         self,
@@ -56,6 +70,8 @@ class AuditRecorder:
         self._content_mode: Literal["metadata-only", "disabled"] = content_mode
         self.dropped = 0
         """Post-dispatch events the WAL refused (logged; the store shows the attempt incomplete)."""
+        self.rejected_unrecorded = 0
+        """``request_rejected`` events the WAL refused (logged): rejected requests the store will not show."""
 
     @property
     def enabled(self) -> bool:
@@ -99,8 +115,53 @@ class AuditRecorder:
             )
         )
 
+    def request_rejected(
+        self,
+        *,
+        request_id: str,
+        principal: Principal,
+        alias: str | None,
+        status: int,
+        code: str,
+        stream: bool | None,
+        root_digest: str,
+    ) -> None:
+        """An authenticated request answered ``status`` (4xx) before admission. Never raises.
+
+        ``alias`` must be a published alias or ``None``, never the model name as the caller typed
+        it; ``stream`` is ``None`` when the body was not parsed. Appended without a durable wait
+        under either profile: nothing was dispatched, so there is nothing to guard. A WAL that
+        refuses it (full, dead, failed) is logged and counted in ``rejected_unrecorded``.
+        """
+        if not self.enabled:
+            return
+        try:
+            self._append(
+                events.request_rejected(
+                    request_id=request_id,
+                    root_digest=root_digest,
+                    principal_id=principal.id,
+                    tenant=principal.tenant,
+                    team=principal.team,
+                    key_id=principal.key_id,
+                    alias=alias,
+                    status=status,
+                    error_code=code,
+                    stream=stream,
+                )
+            )
+        except AuditUnavailable:
+            self.rejected_unrecorded += 1
+        except Exception as exc:  # the answer is a 4xx whatever happens here
+            log.error("audit request_rejected for request %s not recorded: %s", request_id, type(exc).__name__)
+            self.rejected_unrecorded += 1
+
     async def attempt_started(
-        self, ctx: RequestContext, number: int, target: RouteTarget, reason: Literal["first", "retry", "fallback"]
+        self,
+        ctx: RequestContext,
+        number: int,
+        target: RouteTarget,
+        reason: Literal["first", "retry", "fallback", "continuation"],
     ) -> None:
         """Before dispatch; under local-durable, returns only once the record is durable."""
         if not self.enabled:
@@ -142,6 +203,7 @@ class AuditRecorder:
                     first_token_ms=None if record.first_event_s is None else record.first_event_s * 1000,
                     total_ms=(ended - record.started) * 1000,
                     connect_ms=None if record.connect_s is None else record.connect_s * 1000,
+                    skipped_events=record.skipped_events,
                 )
             )
         except AuditUnavailable:
@@ -156,8 +218,10 @@ class AuditRecorder:
         stream: bool,
         admitted_at: float,
         cost: CostRecord | None = None,
+        commit: bool = False,
     ) -> None:
-        """At the end. A buffered local-durable response waits for it when ``terminalCommitBeforeResponse``.
+        """At the end. A buffered local-durable response waits for it when ``terminalCommitBeforeResponse``,
+        and so does a stream whose ``[DONE]`` is held for it (``commit``, ``terminalCommitBeforeDone``).
 
         Never raises: the response is already decided. A failed commit is logged and counted.
         """
@@ -198,7 +262,7 @@ class AuditRecorder:
                     cost_evidence=cost.evidence if cost is not None else None,
                 )
             )
-            if self._durable and self._terminal_commit and not stream:
+            if self._durable and (commit or (self._terminal_commit and not stream)):
                 await self._durable_wait(seq, "request_finished", ctx.request_id)
         except AuditUnavailable:
             self.dropped += 1

@@ -345,3 +345,64 @@ def test_index_timestamps_are_fixed_width_so_string_order_is_time_order() -> Non
     assert rendered[0] == "1970-01-01T00:00:00.000Z" and rendered[4] == "2025-11-29T07:06:40.000Z"
     assert len({len(s) for s in rendered}) == 1
     assert sorted(rendered) == rendered
+
+
+def rejected(rid: str, ts: int = T0, *, alias: str | None = "chat", status: int = 429) -> AuditEvent:
+    event = ev.request_rejected(
+        request_id=rid,
+        root_digest=DIGEST,
+        principal_id="p-1",
+        tenant="t-1",
+        team="core",
+        key_id="k-1",
+        alias=alias,
+        status=status,
+        error_code="rate_limited",
+        stream=None,
+    )
+    return at(event, ts)
+
+
+def test_a_rejected_request_is_a_complete_request_without_attempts() -> None:
+    store = MemoryAuditStore()
+    event = rejected("r-429", T0 + 5)
+
+    assert store.apply([event]).applied == 1
+    assert store.apply([event]).duplicates == 1
+
+    (item,) = store.items.values()
+    assert (item["rejectedAt"], item["ts"], item["principalId"]) == (T0 + 5, iso_ts(T0 + 5), "p-1")
+    assert "admittedAt" not in item and "finishedAt" not in item
+    view = store.get_request("r-429")
+    assert view is not None and view.attempts == () and not view.incomplete
+    r = view.request
+    assert (r.rejected, r.rejected_at_ms, r.at_ms, r.status, r.error_code) == (
+        True,
+        T0 + 5,
+        T0 + 5,
+        429,
+        "rate_limited",
+    )
+    assert (r.outcome, r.attempt_count, r.alias, r.stream, r.key_id) == ("rejected", 0, "chat", None, "k-1")
+    assert [x.request_id for x in store.list_requests(T0, principal_id="p-1")] == ["r-429"]
+
+
+def test_a_rejected_request_lists_among_admitted_ones_by_time() -> None:
+    store = MemoryAuditStore()
+    store.apply([admitted("r-ok", ts=T0), rejected("r-404", T0 + 1000, alias=None, status=404)])
+
+    listed = store.list_requests(T0)
+
+    assert [(r.request_id, r.rejected, r.alias) for r in listed] == [("r-404", True, None), ("r-ok", False, "chat")]
+
+
+def test_a_rejection_never_overrides_the_admitted_lifecycle_of_the_same_id() -> None:
+    """Should one request id ever carry both, what admission and the finish recorded wins, in any order."""
+    rid = "r-both"
+    events = [admitted(rid), rejected(rid, T0 + 500, status=400), finished(rid, T0 + 9)]
+    for order in itertools.permutations(events):
+        store = MemoryAuditStore()
+        for event in order:
+            store.apply([event])
+        item = store.items[("REQ#r-both", "REQUEST")]
+        assert (item["status"], item["outcome"], item["ts"]) == (200, "ok", iso_ts(T0)), [e.kind for e in order]

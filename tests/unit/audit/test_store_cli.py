@@ -215,3 +215,25 @@ def test_the_stage_audit_table_matches_the_resource_spec() -> None:
 
     assert stage_audit_table("") == topology(DEFAULT_PREFIX).table("audit").name
     assert stage_audit_table("prod-eu") == topology("prod-eu").table("audit").name
+
+
+def test_list_and_show_a_request_rejected_before_admission(store: MemoryAuditStore) -> None:
+    from tests.unit.audit.test_store import rejected
+
+    store.apply([rejected("r-429", T0 + 2000)])
+
+    _, listing = run(store, "list", "--since", "2025-11-29T07:00:00Z")
+    _, text = run(store, "show", "r-429")
+    _, raw = run(store, "show", "r-429", "--json")
+
+    newest = listing.splitlines()[1].split()
+    assert newest[:2] == ["2025-11-29T07:06:42.000Z", "r-429"]
+    assert newest[4:7] == ["429", "rejected", "0"]
+    lines = text.splitlines()
+    assert lines[0].startswith("request r-429  rejected before admission  status 429  outcome rejected  attempts 0")
+    assert "principal p-1" in lines[1] and "alias chat" in lines[1]
+    assert "rejected 2025-11-29T07:06:42.000Z" in lines[2] and "error rate_limited" in lines[2]
+    assert lines[3] == "  no attempts (rejected before admission)"
+    assert "INCOMPLETE" not in text
+    doc = json.loads(raw)
+    assert (doc["incomplete"], doc["request"]["rejected"], doc["request"]["status"]) == (False, True, 429)

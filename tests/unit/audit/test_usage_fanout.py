@@ -99,3 +99,19 @@ def test_the_shipper_splits_the_usage_share_while_packing(monkeypatch: pytest.Mo
     # The same share as splitting the sent messages afterwards (what UsageFanOut.send does alone).
     resplit = [e for batch in audit.batches for body in usage_messages(batch) for e in json.loads(body)["events"]]
     assert finished == resplit
+
+
+def test_a_rejected_request_is_not_usage_for_the_queue_or_the_reconciler() -> None:
+    """``request_rejected`` reached no provider: the fan-out leaves it out, and the ledger skips it if sent."""
+    from functions.usage_reconciler.handler import build_handler
+    from tests.unit.audit.test_store import rejected
+    from tollway.metering import ApplyResult, MemoryUsageLedger, usage_record
+
+    assert usage_messages([message("request_rejected", "request_rejected")]) == []
+    event = rejected("r-429")
+    assert usage_record(event) is None
+    ledger = MemoryUsageLedger()
+    assert ledger.apply(event) is ApplyResult.SKIPPED
+    body = '{"v":1,"events":[' + event.encode().decode() + "]}"
+    sqs = {"Records": [{"messageId": "m-1", "receiptHandle": "h", "body": body, "attributes": {}}]}
+    assert build_handler(lambda: ledger)(sqs, None) == {"batchItemFailures": []}
