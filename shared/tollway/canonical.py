@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeAlias
 import orjson
 
 __all__ = [
+    "SKIPPED",
     "CanonicalRequest",
     "CanonicalResponse",
     "ContentPart",
@@ -25,6 +26,7 @@ __all__ = [
     "Message",
     "ResponseFormat",
     "Role",
+    "SkippedEvent",
     "StreamEvent",
     "StreamFinish",
     "StreamStart",
@@ -190,7 +192,16 @@ class StreamUsage:
     usage: Usage
 
 
-StreamEvent: TypeAlias = StreamStart | TextDelta | ToolCallDelta | StreamFinish | StreamUsage
+@dataclass(slots=True, frozen=True)
+class SkippedEvent:
+    """An upstream event that did not decode, after others had: the codec reports it and goes on;
+    whether the stream survives it is the gateway's decision, not the codec's."""
+
+
+SKIPPED = SkippedEvent()
+"""The one instance: reporting a skipped event allocates nothing."""
+
+StreamEvent: TypeAlias = StreamStart | TextDelta | ToolCallDelta | StreamFinish | StreamUsage | SkippedEvent
 
 SEMANTIC_EVENTS = (TextDelta, ToolCallDelta)
 """Once one of these has reached the client, the request may no longer move to another target."""

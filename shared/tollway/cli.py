@@ -1,8 +1,23 @@
-"""The ``tollway`` command: ``up``, ``serve`` and ``config validate``."""
+"""The ``tollway`` command: ``up``, ``serve``, ``audit`` and ``config validate``.
+
+``serve`` and ``up`` check what they can before anything listens, and fail with one line and
+exit status 2: the configuration loads and validates, every secret it references resolves
+(:func:`preflight`), and, for ``up``, every port it will bind is free.
+
+``up`` runs the mock providers, the local cloud and the audit shipper in process groups of their
+own, so a Ctrl-C in the terminal reaches only ``up`` (and the gateway), which then stops them in
+order, each step bounded: the gateway (in-flight requests finish, leases go back to the local
+cloud), the audit shipper (it ships what the gateway's WAL still holds), the local cloud (its
+event-source runner takes what is on the queues and finishes its batches, then moto stops), the
+mock providers. Each child also exits by itself if ``up`` is killed.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import importlib.metadata
 import logging
 import multiprocessing
 import os
@@ -16,13 +31,31 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
-__all__ = ["main"]
+from tollway.up_state import UpState, remove_state, write_state
+
+__all__ = ["main", "preflight", "stop_in_order"]
 
 log = logging.getLogger("tollway.cli")
+
+GRACEFUL_SHUTDOWN_S: Final = 10
+"""How long in-flight requests (streams too) get to finish once the gateway is told to stop."""
+_SHIPPER_STOP_S: Final = 15.0
+"""The ship process bounds its last drain at 10 s (``tollway.audit.ship_process``)."""
+_CLOUD_STOP_S: Final = 40.0
+"""The local cloud's runner drains for at most 10 s and finishes its batches within 10 s more,
+then moto server gets up to 10 s: see ``tollway.cloud.__main__``."""
+_MOCK_STOP_S: Final = 5.0
+
+
+def _fail(message: str) -> NoReturn:
+    """One line on stderr and exit status 2: what cannot start, and why."""
+    print(f"tollway: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
 
 
 def _configure_logging(level: str, access_log: bool) -> None:
@@ -51,22 +84,34 @@ def _worker(sock: socket.socket, config_path: str, log_level: str, access_log: b
 
     from tollway.config import load_config
     from tollway.server.app import create_app
-    from tollway.server.protocol import header_deadline_protocol
+    from tollway.server.protocol import gateway_protocol
 
     _configure_logging(log_level, access_log)
-    header_timeout_s = load_config(Path(config_path)).admission.headerReadTimeoutMs / 1000
+    admission = load_config(Path(config_path)).admission
     config = uvicorn.Config(
         app=lambda: create_app(config_path),
         factory=True,
         loop="uvloop",
-        http=header_deadline_protocol(header_timeout_s),
+        http=gateway_protocol(
+            admission.headerReadTimeoutMs / 1000,
+            max_header_bytes=admission.maxRequestHeaderBytes,
+            max_headers=admission.maxRequestHeaders,
+        ),
         lifespan="on",
         access_log=False,
         log_level="warning",
         timeout_keep_alive=30,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         h11_max_incomplete_event_size=64 * 1024,
     )
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def _spawned_worker(sock: socket.socket, config_path: str, log_level: str, access_log: bool, index: int) -> None:
+    """A worker process. A terminal's Ctrl-C reaches it too, with its whole process group; uvicorn
+    has stopped gracefully by the time it re-raises the signal, so that is no error to report."""
+    with contextlib.suppress(KeyboardInterrupt):
+        _worker(sock, config_path, log_level, access_log, index)
 
 
 def _supervise(sock: socket.socket, config_path: str, workers: int, log_level: str, access_log: bool) -> None:
@@ -76,7 +121,7 @@ def _supervise(sock: socket.socket, config_path: str, workers: int, log_level: s
     stopping = False
 
     def spawn(index: int) -> Any:
-        proc = ctx.Process(target=_worker, args=(sock, config_path, log_level, access_log, index), daemon=False)
+        proc = ctx.Process(target=_spawned_worker, args=(sock, config_path, log_level, access_log, index), daemon=False)
         proc.start()
         return proc
 
@@ -102,19 +147,57 @@ def _supervise(sock: socket.socket, config_path: str, workers: int, log_level: s
     for p in procs:
         if p.is_alive():
             p.terminate()
+    deadline = time.monotonic() + GRACEFUL_SHUTDOWN_S + 5
     for p in procs:
-        p.join(timeout=10)
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            log.warning("worker %s did not stop within %d s; killing it", p.pid, GRACEFUL_SHUTDOWN_S + 5)
+            p.kill()
+            p.join(timeout=5)
 
 
-def _check_config(config_path: str) -> None:
+def preflight(config_path: str, *, env_secrets_only: bool = False) -> None:
+    """Load and validate the configuration and resolve every secret it references, or exit 2.
+
+    The gateway's workers resolve the same secrets when they publish the configuration; a
+    missing one found there crash-looped them behind a ``Tollway listening`` line. What is
+    resolved is what publication resolves: each principal key's ``secretRef`` and the
+    ``current`` credentials of providers that authenticate. Values are never printed.
+    ``env_secrets_only`` skips ``aws-sm:`` references (``up`` checks those once its local cloud
+    is running).
+    """
     from tollway.config.loader import load_config
     from tollway.exceptions import ConfigError
+    from tollway.secrets import SecretResolver
 
     try:
-        load_config(Path(config_path))
+        cfg = load_config(Path(config_path))
     except ConfigError as exc:
-        _print_issues(config_path, exc)
+        _print_issues(config_path, exc, prefix="tollway: error: ")
         raise SystemExit(2) from None
+    refs = [
+        (f"principals[{i}].keys[{j}].secretRef", key.secretRef)
+        for i, principal in enumerate(cfg.principals)
+        for j, key in enumerate(principal.keys)
+        if key.secretRef
+    ]
+    refs += [
+        (f"providers.{pid}.credentials[{k}].secretRef", cred.secretRef)
+        for pid, provider in cfg.providers.items()
+        if provider.authMode != "none"
+        for k, cred in enumerate(provider.credentials)
+        if cred.lifecycle == "current"
+    ]
+    resolver = SecretResolver()
+    for path, ref in refs:
+        if env_secrets_only and not ref.startswith("env:"):
+            continue
+        try:
+            resolver.resolve(ref, path)
+        except ConfigError as exc:
+            problem = f"secret {ref} is not set or empty" if ref.startswith("env:") else exc.issues[0].message
+            _fail(f"{problem} ({path})")
 
 
 def _start_audit_shipper(config_path: str, workers: int) -> subprocess.Popen[bytes] | None:
@@ -128,6 +211,8 @@ def _start_audit_shipper(config_path: str, workers: int) -> subprocess.Popen[byt
     if load_config(Path(config_path)).audit.sink.type == "none":
         return None
     os.environ["TOLLWAY_AUDIT_SHIPPER"] = "external"  # the workers, spawned after this, append only
+    # Its own process group: a terminal's Ctrl-C must not make it drain before the gateway stopped
+    # appending; it is stopped after the gateway, and exits by itself if this process dies.
     return subprocess.Popen(
         [
             sys.executable,
@@ -141,10 +226,35 @@ def _start_audit_shipper(config_path: str, workers: int) -> subprocess.Popen[byt
             str(os.getpid()),
         ],
         stdin=subprocess.DEVNULL,
+        process_group=0,
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Child:
+    """A process ``up`` or ``serve`` started, and how long it may take to stop after SIGTERM."""
+
+    name: str
+    proc: subprocess.Popen[Any]
+    stop_timeout_s: float
+
+
+def stop_in_order(children: Sequence[Child]) -> None:
+    """SIGTERM each child and wait for it to exit (SIGKILL after its timeout) before the next.
+
+    From here on the process is stopping, and Ctrl-C is ignored: every step is bounded, and an
+    interrupted stop would leave the later children running, in process groups of their own.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for child in children:
+        started = time.monotonic()
+        _stop_child(child.proc, child.stop_timeout_s)
+        log.debug("%s stopped in %.1f s", child.name, time.monotonic() - started)
+
+
 def run_server(sock: socket.socket, config_path: str, workers: int, log_level: str, access_log: bool) -> None:
+    """Serve until stopped, then stop the audit shipper: it ships what the gateway's WAL still holds."""
     shipper = _start_audit_shipper(config_path, workers)
     try:
         if workers == 1:
@@ -153,52 +263,70 @@ def run_server(sock: socket.socket, config_path: str, workers: int, log_level: s
             _supervise(sock, config_path, workers, log_level, access_log)
     finally:
         if shipper is not None:
-            shipper.terminate()  # it drains once more, bounded, then exits
-            try:
-                shipper.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                shipper.kill()
-                shipper.wait(timeout=5)
+            stop_in_order([Child("audit shipper", shipper, _SHIPPER_STOP_S)])
+
+
+def _listen(host: str, port: int, flag: str) -> socket.socket:
+    try:
+        return bind_socket(host, port)
+    except OSError as exc:
+        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc} (choose another port with {flag})")
 
 
 def serve(config_path: str, host: str, port: int, workers: int, log_level: str, access_log: bool) -> None:
     _configure_logging(log_level, access_log)
-    _check_config(config_path)
-    sock = bind_socket(host, port)
+    preflight(config_path)
+    sock = _listen(host, port, "--port")
     print(f"Tollway listening on http://{host}:{sock.getsockname()[1]}/v1 ({workers} worker(s))", flush=True)
     run_server(sock, config_path, workers, log_level, access_log)
 
 
-def _print_issues(path: str, exc: Any) -> None:
-    print(f"{path}: invalid configuration", file=sys.stderr)
+def _print_issues(path: str, exc: Any, prefix: str = "") -> None:
+    print(f"{prefix}{path}: invalid configuration", file=sys.stderr)
     for issue in exc.issues:
         print(f"  {issue}", file=sys.stderr)
 
 
-def _start_mock(host: str) -> tuple[subprocess.Popen[str], str]:
+def _start_mock(port: int) -> tuple[Child, str]:
+    """The mock providers on 127.0.0.1:``port``, in a process group of their own."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tollway.mock", "--host", host, "--port", "0"],
+        [
+            sys.executable,
+            "-m",
+            "tollway.mock",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--parent",
+            str(os.getpid()),
+        ],
         stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
         text=True,
+        process_group=0,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     prefix = "mock listening on "
     if not line.startswith(prefix):
-        proc.kill()
-        raise SystemExit(f"mock providers failed to start: {line!r}")
-    return proc, line[len(prefix) :]
+        _stop_child(proc, _MOCK_STOP_S)
+        proc.stdout.close()
+        _fail(f"the mock providers did not start on 127.0.0.1:{port} (choose another port with --mock-port)")
+    threading.Thread(target=_forward, args=(proc.stdout,), daemon=True, name="mock-stdout").start()
+    return Child("mock providers", proc, _MOCK_STOP_S), line[len(prefix) :]
 
 
 _CLOUD_READY: Final = re.compile(r"Tollway local cloud is up on (\S+?),")
 _CLOUD_START_TIMEOUT_S: Final = 60.0
 
 
-def _start_cloud(port: int, prefix: str) -> tuple[subprocess.Popen[str], str]:
+def _start_cloud(port: int, prefix: str, env: dict[str, str]) -> tuple[Child, str]:
     """Start ``python -m tollway.cloud up`` (moto server, bootstrap, event-source runner).
 
     The provider secrets are seeded with the mock provider key, by the name of the environment
-    variable that holds it (never the value on a command line). Returns once the cloud is ready.
+    variable that holds it (never the value on a command line). Returns once the cloud is ready;
+    what it prints after that (its stop summary) goes to this process's stdout.
     """
     proc = subprocess.Popen(
         [
@@ -214,9 +342,14 @@ def _start_cloud(port: int, prefix: str) -> tuple[subprocess.Popen[str], str]:
             "openai=TOLLWAY_MOCK_PROVIDER_KEY",
             "--secret",
             "anthropic=TOLLWAY_MOCK_PROVIDER_KEY",
+            "--parent",
+            str(os.getpid()),
         ],
         stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
         text=True,
+        env=env,
+        process_group=0,
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + _CLOUD_START_TIMEOUT_S
@@ -229,12 +362,19 @@ def _start_cloud(port: int, prefix: str) -> tuple[subprocess.Popen[str], str]:
             proc.wait(10)
             raise SystemExit(f"the local cloud failed to start (exit {proc.returncode}); see the messages above")
         if m := _CLOUD_READY.search(line):
-            # Nothing more is printed until shutdown; drain it off the main thread so a late
-            # message can never block the child on a full pipe.
-            threading.Thread(target=proc.stdout.read, daemon=True, name="cloud-stdout").start()
-            return proc, m.group(1)
+            # Forwarded off the main thread, so a late message can never block the child on a full pipe.
+            threading.Thread(target=_forward, args=(proc.stdout,), daemon=True, name="cloud-stdout").start()
+            return Child("local cloud", proc, _CLOUD_STOP_S), m.group(1)
     _stop_child(proc)
     raise SystemExit(f"the local cloud did not become ready within {_CLOUD_START_TIMEOUT_S:.0f} s")
+
+
+def _forward(stream: Any) -> None:
+    """Copy a child's stdout to ours until it ends (the child exits), then close it."""
+    with stream:
+        for line in stream:
+            sys.stdout.write(line)
+            sys.stdout.flush()
 
 
 def local_audit_queue(stage: str) -> str:
@@ -264,13 +404,97 @@ def _stop_child(proc: subprocess.Popen[str], timeout_s: float = 10.0) -> None:
             proc.wait(timeout=timeout_s)
 
 
+def _port_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be bound now, or ``None`` when it can."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound ({exc.strerror or exc})"
+    return None
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports on 127.0.0.1 (all held open until all are picked)."""
+    probes = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
+
+
+def up_ports(host: str, port: int, mock_port: int, cloud_port: int | None) -> tuple[int, int | None]:
+    """Check every port ``up`` will bind before anything starts, or exit 2 naming the flag to change.
+
+    Returns the mock's and the cloud's ports, a 0 replaced by a free port (the gateway binds its
+    own 0 itself). ``cloud_port`` is ``None`` when no moto server is started here.
+    """
+    wanted = [("--port", host, port), ("--mock-port", "127.0.0.1", mock_port)]
+    if cloud_port is not None:
+        wanted.append(("--cloud-port", "127.0.0.1", cloud_port))
+    taken: dict[int, str] = {}
+    for flag, where, number in wanted:
+        if not number:
+            continue
+        if number in taken:
+            _fail(f"{taken[number]} and {flag} are both {number}; give each its own port")
+        taken[number] = flag
+        problem = _port_problem(where, number)
+        if problem is not None:
+            _fail(f"port {number} on {where} {problem}; choose another with {flag} ({flag} 0 picks a free one)")
+    free = iter(_free_ports(4))
+    chosen_mock = mock_port or next(p for p in free if p not in taken)
+    if cloud_port is None:
+        return chosen_mock, None
+    return chosen_mock, cloud_port or next(p for p in free if p not in taken and p != chosen_mock)
+
+
+def _command() -> str:
+    """How this ``tollway`` was run, to print a command that works as shown (``.venv/bin/tollway``)."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name != "tollway":
+        return "tollway"
+    try:
+        return str(argv0.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(argv0)
+
+
+def _local_cloud_environment(endpoint: str, stage: str) -> None:
+    """Point the gateway (and what later issues add to it) at the local cloud, never at AWS."""
+    os.environ["AWS_ENDPOINT_URL"] = endpoint
+    # Dummy credentials, as tollway.cloud.local gives its children, overriding any real ones: real
+    # credentials are never sent to an emulator. (tollway.cloud is not imported here: it is not
+    # shipped in the Lambda core layer, and this module is.)
+    os.environ.update({"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"})
+    os.environ.pop("AWS_SESSION_TOKEN", None)
+    os.environ.setdefault("AWS_DEFAULT_REGION", _LOCAL_REGION)
+    # The audit trail ships to the local cloud's audit queue (the bundled example reads these; the
+    # name is the spec's, see tests/unit/test_cli.py).
+    os.environ.setdefault("TOLLWAY_AUDIT_SINK", "sqs")
+    # request_finished events also feed the usage reconciler, whose ledger GET /v1/usage reads;
+    # budgets lease from the stage's quota-leases table.
+    for name, value in local_environment(stage).items():
+        os.environ.setdefault(name, value)
+    os.environ.setdefault("TOLLWAY_GOVERNANCE_STORE", "dynamodb")
+
+
+_LOCAL_REGION: Final = "us-east-1"
+
+
 def up(args: argparse.Namespace) -> None:
     """Start the embedded default: mock providers, the local cloud, and the gateway on the example config.
 
-    ``--no-cloud`` keeps the pure in-process mode (mock providers and gateway only).
+    ``--no-cloud`` keeps the pure in-process mode (mock providers and gateway only). Ports, the
+    configuration and its secrets are checked before anything starts; the stop order is in the
+    module docstring.
     """
     config = args.config or str(resources.files("tollway") / "examples" / "llm-router.yml")
-    children: list[subprocess.Popen[str]] = []
 
     def on_term(signum: int, frame: object) -> None:
         raise SystemExit(0)
@@ -281,34 +505,30 @@ def up(args: argparse.Namespace) -> None:
     demo_key = os.environ.get("TOLLWAY_DEMO_KEY") or "tw-demo-" + secrets.token_urlsafe(24)
     os.environ["TOLLWAY_DEMO_KEY"] = demo_key
     os.environ.setdefault("TOLLWAY_MOCK_PROVIDER_KEY", "mock-" + secrets.token_urlsafe(16))
+    cloud_env = dict(os.environ)  # as the user gave it: the cloud decides what to start from it
+    external = os.environ.get("AWS_ENDPOINT_URL", "").strip().rstrip("/")
+    mock_port, cloud_port = up_ports(
+        args.host, args.port, args.mock_port, None if args.no_cloud or external else args.cloud_port
+    )
+    os.environ.setdefault("TOLLWAY_MOCK_URL", f"http://127.0.0.1:{mock_port}")
+    cloud_line = "  cloud    : off (--no-cloud)"
+    if not args.no_cloud:
+        _local_cloud_environment(external or f"http://127.0.0.1:{cloud_port}", args.stage)
+    _configure_logging(args.log_level, not args.no_access_log)
+    preflight(config, env_secrets_only=True)
+    children: list[Child] = []
     try:
-        mock, mock_url = _start_mock("127.0.0.1")
+        mock, _ = _start_mock(mock_port)
         children.append(mock)
-        os.environ.setdefault("TOLLWAY_MOCK_URL", mock_url)
-        cloud_line = "  cloud    : off (--no-cloud)"
         if not args.no_cloud:
-            cloud, endpoint = _start_cloud(args.cloud_port, args.stage)
-            children.append(cloud)
-            # The gateway (and what later issues add to it) talks to the local cloud, never to AWS.
+            cloud, endpoint = _start_cloud(cloud_port or 0, args.stage, cloud_env)
+            children.insert(0, cloud)  # stopped before the mock: its runner may still be handling events
             os.environ["AWS_ENDPOINT_URL"] = endpoint
-            # Dummy credentials, as tollway.cloud.local gives its children, overriding any real
-            # ones: real credentials are never sent to an emulator. (tollway.cloud is not imported
-            # here: it is not shipped in the Lambda core layer, and this module is.)
-            os.environ.update({"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"})
-            os.environ.pop("AWS_SESSION_TOKEN", None)
-            os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-            # The audit trail ships to the local cloud's audit queue (the bundled example reads
-            # these; the name is the spec's, see tests/unit/test_cli.py).
-            os.environ.setdefault("TOLLWAY_AUDIT_SINK", "sqs")
-            # request_finished events also feed the usage reconciler, whose ledger GET /v1/usage
-            # reads; budgets lease from the stage's quota-leases table.
-            for name, value in local_environment(args.stage).items():
-                os.environ.setdefault(name, value)
-            os.environ.setdefault("TOLLWAY_GOVERNANCE_STORE", "dynamodb")
-            cloud_line = f"  cloud    : {endpoint} (stage {args.stage}; audit trail on: tollway audit list --since 10m)"
-        _configure_logging(args.log_level, not args.no_access_log)
-        _check_config(config)
-        sock = bind_socket(args.host, args.port)
+            write_state(UpState(endpoint, args.stage, os.environ["AWS_DEFAULT_REGION"], os.getpid()))
+            hint = f"{_command()} audit list --since 10m"
+            cloud_line = f"  cloud    : {endpoint} (stage {args.stage}; audit trail on: {hint})"
+            preflight(config)  # aws-sm: references can be read now
+        sock = _listen(args.host, args.port, "--port")
         base = f"http://{args.host}:{sock.getsockname()[1]}/v1"
         print(
             "\n".join(
@@ -331,47 +551,82 @@ def up(args: argparse.Namespace) -> None:
         )
         run_server(sock, config, args.workers, args.log_level, not args.no_access_log)
     finally:
-        for child in reversed(children):
-            _stop_child(child)
+        stop_in_order(children)
+        remove_state(os.getpid())
 
 
 def config_validate(path: str) -> int:
-    from tollway.config.loader import load_config
+    from tollway.config.loader import load_config_with_warnings
     from tollway.exceptions import ConfigError
 
     try:
-        cfg = load_config(Path(path))
+        cfg, warnings = load_config_with_warnings(Path(path))
     except ConfigError as exc:
         _print_issues(path, exc)
         return 1
-    print(f"{path}: ok ({len(cfg.models)} aliases, {len(cfg.providers)} providers, {len(cfg.principals)} principals)")
+    counts = f"{len(cfg.models)} aliases, {len(cfg.providers)} providers, {len(cfg.principals)} principals"
+    print(f"{path}: ok ({counts})" + (f", {len(warnings)} warning(s)" if warnings else ""))
+    for issue in warnings:  # accepted, but written settings that cannot take effect
+        print(f"  warning: {issue}", file=sys.stderr)
     return 0
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default; an option may word its own ``(default: …)``."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.help and "(default:" in action.help:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("tollway")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tollway", description="Tollway LLM gateway")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, port: int) -> None:
-        p.add_argument("--host", default="127.0.0.1")
-        p.add_argument("--port", type=int, default=port)
-        p.add_argument("--workers", type=int, default=1)
-        p.add_argument("--log-level", default="info")
+        p.add_argument("--host", default="127.0.0.1", help="address the gateway listens on")
+        p.add_argument("--port", type=int, default=port, help="gateway port; 0 picks a free port")
+        p.add_argument("--workers", type=int, default=1, help="gateway worker processes on one socket")
+        p.add_argument("--log-level", default="info", help="log level: debug, info, warning or error")
 
-    p_up = sub.add_parser("up", help="run the gateway on the embedded default (mock providers)")
-    common(p_up, 8080)
-    p_up.add_argument("--config", help="use this llm-router.yml instead of the bundled example")
-    p_up.add_argument("--no-access-log", action="store_true")
-    p_up.add_argument("--no-cloud", action="store_true", help="no local cloud: mock providers and gateway only")
-    p_up.add_argument(
-        "--cloud-port", type=int, default=4566, help="moto server port (default 4566; 0 picks a free port)"
+    p_up = sub.add_parser(
+        "up",
+        help="run the gateway on the embedded default (mock providers, local cloud)",
+        description="Run the mock providers, the local cloud and the gateway on 127.0.0.1 until Ctrl-C.",
+        formatter_class=_HelpFormatter,
     )
+    common(p_up, 8080)
+    p_up.add_argument(
+        "--config", help="an llm-router.yml to serve (default: the bundled shared/tollway/examples/llm-router.yml)"
+    )
+    p_up.add_argument("--no-access-log", action="store_true", help="do not log each request (default: logged)")
+    p_up.add_argument(
+        "--no-cloud",
+        action="store_true",
+        help="no local cloud: mock providers and gateway only, audit off (default: off)",
+    )
+    p_up.add_argument("--mock-port", type=int, default=0, help="mock providers' port; 0 picks a free port")
+    p_up.add_argument("--cloud-port", type=int, default=4566, help="moto server port; 0 picks a free port")
     p_up.add_argument("--stage", default="tollway", help="resource name prefix in the local cloud")
 
-    p_serve = sub.add_parser("serve", help="run the gateway on a config file")
+    p_serve = sub.add_parser(
+        "serve",
+        help="run the gateway on a config file",
+        description="Run the gateway on an llm-router.yml until Ctrl-C or SIGTERM; SIGHUP reloads it.",
+        formatter_class=_HelpFormatter,
+    )
     common(p_serve, 8080)
-    p_serve.add_argument("--config", required=True)
-    p_serve.add_argument("--access-log", action="store_true")
+    p_serve.add_argument("--config", required=True, help="the llm-router.yml to serve (default: none, required)")
+    p_serve.add_argument("--access-log", action="store_true", help="log each request (default: off)")
 
     p_audit = sub.add_parser(
         "audit", help="read the audit store: audit show REQUEST_ID | audit list --since 1h", add_help=False

@@ -15,7 +15,8 @@ translated into a client-facing ``GatewayError`` only at the end of the attempt 
     ├── GatewayError                     client-visible, rendered as the OpenAI error envelope
     │   ├── InvalidRequest               400 invalid_request
     │   │   ├── UnsupportedParameter     400 unsupported_parameter
-    │   │   └── ContextLengthExceeded    400 context_length_exceeded
+    │   │   ├── ContextLengthExceeded    400 context_length_exceeded
+    │   │   └── ContentFiltered          400 content_filter (a provider's safety or policy refusal)
     │   ├── AuthenticationFailed         401 authentication_error
     │   ├── PermissionDenied             403 permission_denied
     │   ├── ModelNotFound                404 model_not_found
@@ -24,6 +25,10 @@ translated into a client-facing ``GatewayError`` only at the end of the attempt 
     │   ├── RateLimited                  429 rate_limited
     │   ├── BudgetExceeded               429 budget_exceeded
     │   ├── ProviderFailed               502 provider_error
+    │   │   └── StreamInterrupted        the error frame of a stream that fails after its first token
+    │   │       ├── StreamCut            upstream_stream_cut (the connection or stream ended early)
+    │   │       ├── StreamStalled        upstream_stream_stalled (the provider went silent)
+    │   │       └── StreamMalformed      upstream_stream_malformed (events that cannot be decoded)
     │   ├── ModelUnavailable             503 model_unavailable
     │   ├── Overloaded                   503 overloaded
     │   ├── AuditUnavailable             503 audit_unavailable
@@ -41,12 +46,14 @@ import enum
 from dataclasses import dataclass
 
 __all__ = [
+    "RETRYABLE_CATEGORIES",
     "AuditUnavailable",
     "AuthenticationFailed",
     "BudgetExceeded",
     "BudgetUnavailable",
     "ConfigError",
     "ConfigIssue",
+    "ContentFiltered",
     "ContextLengthExceeded",
     "DeadlineExceeded",
     "GatewayError",
@@ -58,6 +65,10 @@ __all__ = [
     "ProviderFailed",
     "RateLimited",
     "RequestTooLarge",
+    "StreamCut",
+    "StreamInterrupted",
+    "StreamMalformed",
+    "StreamStalled",
     "TollwayError",
     "UnsupportedMediaType",
     "UnsupportedParameter",
@@ -124,6 +135,14 @@ class ContextLengthExceeded(InvalidRequest):
     default_message = "The request exceeds the model's context length."
 
 
+class ContentFiltered(InvalidRequest):
+    """The provider refused the request under its content or safety policy. OpenAI's own code
+    for it, so a client can tell a refusal from a broken request or a provider fault."""
+
+    code = "content_filter"
+    default_message = "The request was rejected by the model provider's content policy."
+
+
 class AuthenticationFailed(GatewayError):
     status = 401
     code = "authentication_error"
@@ -178,6 +197,25 @@ class ProviderFailed(GatewayError):
     code = "provider_error"
     type = "server_error"
     default_message = "The model provider returned an error."
+
+
+class StreamInterrupted(ProviderFailed):
+    """A stream failed after output had reached the client; only ever sent as its error frame."""
+
+
+class StreamCut(StreamInterrupted):
+    code = "upstream_stream_cut"
+    default_message = "The model provider's stream ended before the answer was complete."
+
+
+class StreamStalled(StreamInterrupted):
+    code = "upstream_stream_stalled"
+    default_message = "The model provider stopped sending before the answer was complete."
+
+
+class StreamMalformed(StreamInterrupted):
+    code = "upstream_stream_malformed"
+    default_message = "The model provider sent stream events that could not be read."
 
 
 class ModelUnavailable(GatewayError):
@@ -238,10 +276,12 @@ class UpstreamCategory(enum.Enum):
     TIMEOUT = "timeout"
     CONNECT = "connect"
     MALFORMED = "malformed"
+    TRUNCATED = "truncated"
+    """The body or stream ended before it was complete (a stream before its finish)."""
     SAFETY = "safety"
 
 
-_RETRYABLE = frozenset(
+RETRYABLE_CATEGORIES = frozenset(
     {
         UpstreamCategory.RATE_LIMIT,
         UpstreamCategory.SERVER,
@@ -249,12 +289,21 @@ _RETRYABLE = frozenset(
         UpstreamCategory.TIMEOUT,
         UpstreamCategory.CONNECT,
         UpstreamCategory.MALFORMED,
+        UpstreamCategory.TRUNCATED,
     }
 )
+"""Categories another attempt may follow; ``routing.retry.RetryPolicy`` adds the status list."""
 
 
 class UpstreamError(TollwayError):
-    """One failed attempt. ``detail`` is for audit/diagnostics only and never reaches a client."""
+    """One failed attempt. ``detail`` is for audit/diagnostics only and never reaches a client.
+
+    ``reason`` is the exception: a codec may set it to a normalized, client-safe sentence built
+    from a fixed template and values it parsed (token counts, policy category names), never from
+    the provider's own text. ``reported`` says the provider itself reported the failure (an error
+    status or an error event); otherwise the gateway observed it (a lost connection, silence,
+    bytes that do not decode), which is what tells a cut stream from a provider's error event.
+    """
 
     def __init__(
         self,
@@ -263,22 +312,42 @@ class UpstreamError(TollwayError):
         status: int | None = None,
         retry_after: float | None = None,
         detail: str = "",
+        reason: str | None = None,
+        reported: bool = False,
     ) -> None:
         self.category = category
         self.status = status
         self.retry_after = retry_after
         self.detail = detail
+        self.reason = reason
+        self.reported = reported
         super().__init__(f"upstream {category.value}" + (f" (HTTP {status})" if status else ""))
 
     @property
     def retryable(self) -> bool:
-        return self.category in _RETRYABLE
+        return self.category in RETRYABLE_CATEGORIES
+
+    def to_stream_error(self) -> GatewayError:
+        """The error frame a client sees when this ends a stream after its first token: a cut,
+        a stall and undecodable events each have their own code; an error the provider reported
+        in the stream keeps the code of its category."""
+        if not self.reported:
+            c = self.category
+            if c is UpstreamCategory.TIMEOUT:
+                return StreamStalled()
+            if c is UpstreamCategory.MALFORMED:
+                return StreamMalformed()
+            if c in (UpstreamCategory.TRUNCATED, UpstreamCategory.SERVER, UpstreamCategory.CONNECT):
+                return StreamCut()
+        return self.to_gateway_error()
 
     def to_gateway_error(self) -> GatewayError:
         """The sanitized error a client sees when this was the last attempt."""
         c = self.category
         if c is UpstreamCategory.CONTEXT_LENGTH:
-            return ContextLengthExceeded()
+            return ContextLengthExceeded(self.reason)
+        if c is UpstreamCategory.SAFETY:
+            return ContentFiltered(self.reason)
         if c is UpstreamCategory.INVALID_REQUEST:
             return InvalidRequest("The model provider rejected the request as invalid.")
         if c is UpstreamCategory.RATE_LIMIT:

@@ -84,6 +84,7 @@ def test_the_gateways_audit_trail_arrives_over_kafka(mock_provider: Proc, broker
     assert (fast.request.status, [(a.number, a.outcome) for a in fast.attempts]) == (200, [(1, "ok")])
     assert [(a.number, a.reason, a.outcome) for a in fallback.attempts] == [
         (1, "first", "error"),
-        (2, "fallback", "ok"),
+        (2, "retry", "error"),
+        (3, "fallback", "ok"),
     ]
     assert streamed.request.stream is True and not streamed.incomplete

@@ -177,7 +177,7 @@ def test_no_fallback_after_first_chunk(gateway: Gateway, mock_provider: Proc) ->
         ):
             received.append(chunk.choices[0].delta.content or "")
     assert "".join(received), "output had started before the failure"
-    assert info.value.code == "provider_error"
+    assert info.value.code == "upstream_stream_cut"
     assert "phys-" not in str(info.value.message) and "127.0.0.1" not in str(info.value.message)
     after = len([r for r in mock_requests(mock_provider) if r.get("model") == "phys-mid-secondary"])
     assert after == before, "the gateway must not fall back once output was sent"

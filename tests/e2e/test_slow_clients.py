@@ -209,10 +209,10 @@ def test_a_provider_stalling_after_the_first_token_ends_the_stream_at_the_idle_d
     wait_idle(gateway)
 
 
-def test_malformed_sse_after_the_first_token_ends_with_one_error_event(gateway: Gateway) -> None:
+def test_one_malformed_sse_event_after_the_first_token_is_skipped(gateway: Gateway) -> None:
     lines = stream_data_lines(gateway, "malformed")
-    assert lines[-1] != "data: [DONE]"
-    assert sum('"error"' in line for line in lines) == 1
+    assert lines[-1] == "data: [DONE]"  # one undecodable event between good ones is skipped, not fatal
+    assert not any('"error"' in line for line in lines)
     assert "{not json" not in "".join(lines)  # the provider's bytes never reach the client
     wait_idle(gateway)
 

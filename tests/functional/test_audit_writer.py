@@ -22,14 +22,8 @@ import pytest
 
 from functions.audit_writer import handler as handler_module
 from functions.audit_writer.handler import build_handler
-from tollway.audit.events import AuditEvent
-from tollway.audit.store import (
-    ApplyResult,
-    AuditStoreError,
-    MemoryAuditStore,
-    RequestRecord,
-    RequestView,
-)
+from tollway.audit.store import AuditStoreError, MemoryAuditStore
+from tollway.audit.store.plan import ItemWrite, WriteOutcome
 from tollway.cloud.runner import LambdaContext
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,23 +161,17 @@ def test_a_message_at_the_64_event_bound_is_applied() -> None:
     assert len(store.items) == 64
 
 
-class FlakyStore:
-    """The fake store, failing every write for one request as DynamoDB would when throttled."""
+class FlakyStore(MemoryAuditStore):
+    """The fake store, failing every item write for one request as DynamoDB would when throttled."""
 
     def __init__(self, failing_request: str) -> None:
-        self.inner = MemoryAuditStore()
+        super().__init__()
         self.failing_request = failing_request
 
-    def apply(self, events: Sequence[AuditEvent]) -> ApplyResult:
-        if any(e.request_id == self.failing_request for e in events):
+    def write_item(self, w: ItemWrite) -> WriteOutcome:
+        if w.pk == f"REQ#{self.failing_request}":
             raise AuditStoreError("audit table t: UpdateItem failed: ProvisionedThroughputExceededException")
-        return self.inner.apply(events)
-
-    def get_request(self, request_id: str) -> RequestView | None:
-        return self.inner.get_request(request_id)
-
-    def list_requests(self, since_ms: int, principal_id: str | None = None, limit: int = 50) -> list[RequestRecord]:
-        return self.inner.list_requests(since_ms, principal_id, limit)
+        return super().write_item(w)
 
 
 def test_a_store_failure_fails_only_its_message(caplog: pytest.LogCaptureFixture) -> None:

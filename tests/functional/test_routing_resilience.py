@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -319,3 +320,185 @@ async def test_data_class_must_be_approved_for_the_alias(make: Any, mock: MockSe
     assert "data classification" in resp.json()["error"]["message"]
     assert gw.reached() == []
     assert (await gw.chat(ADMIN_KEY)).status_code == 200  # no class declared: not restricted
+
+
+def frames(resp: httpx.Response) -> list[str]:
+    """The ``data:`` payloads of an SSE body, in order."""
+    return [f.removeprefix("data: ") for f in resp.text.split("\n\n") if f.startswith("data: ")]
+
+
+def stream_text(resp: httpx.Response) -> str:
+    out = []
+    for data in frames(resp):
+        if data.startswith("{") and '"choices":[{' in data:
+            out.append(json.loads(data)["choices"][0]["delta"].get("content") or "")
+    return "".join(out)
+
+
+async def test_a_failure_rate_threshold_of_one_turns_the_rate_trip_off(make: Any, mock: MockServerThread) -> None:
+    gw = await make(
+        {"p": provider(mock.base_url, "acct", "status=500,tag=rate")},
+        [route("r", "p", "m-rate")],
+        routing={
+            "maxAttempts": 1,
+            "circuitBreaker": {"failureThreshold": 50, "failureRateThreshold": 1.0, "minRequests": 3},
+        },
+    )
+    assert [(await gw.chat()).status_code for _ in range(6)] == [502] * 6, "never shed by an open circuit"
+    assert gw.reached() == ["m-rate"] * 6
+    state = (await gw.routes()).json()["data"][0]["groups"][0][0]["health"]
+    assert state["circuit"] == "closed"
+
+
+async def test_a_flapping_primary_gets_traffic_back_once_it_recovers(make: Any, mock: MockServerThread) -> None:
+    url = mock.base_url
+    gw = await make(
+        {"flap": provider(url, "acct-1", "down_for_ms=800,tag=flap"), "up": provider(url, "acct-2")},
+        [route("primary", "flap", "m-flap"), route("secondary", "up", "m-backup", priority=1)],
+        routing={
+            "maxAttempts": 2,
+            "circuitBreaker": {"failureThreshold": 2, "resetTimeoutMs": 100, "maxResetTimeoutMs": 200},
+        },
+    )
+    served: list[str] = []
+    deadline = asyncio.get_running_loop().time() + 15
+    while asyncio.get_running_loop().time() < deadline:
+        assert (await gw.chat()).status_code == 200
+        served.append(gw.reached()[-1])
+        if served[-3:] == ["m-flap"] * 3:
+            break
+        await asyncio.sleep(0.05)
+    assert "m-backup" in served, "the outage was served by the fallback"
+    assert served[-3:] == ["m-flap"] * 3, "the recovered primary takes the traffic back"
+
+
+async def test_a_content_filter_refusal_keeps_its_meaning_and_does_not_fall_back(
+    make: Any, mock: MockServerThread
+) -> None:
+    url = mock.base_url
+    gw = await make(
+        {"p": provider(url, "acct-1", "status=400,error_type=content_filter"), "q": provider(url, "acct-2")},
+        [route("r", "p", "m-filter"), route("s", "q", "m-other", priority=1)],
+    )
+    resp = await gw.chat()
+    assert resp.status_code == 400
+    error = resp.json()["error"]
+    assert (error["code"], error["type"]) == ("content_filter", "invalid_request_error")
+    assert error["message"] == "The request was rejected by the model provider's content policy."
+    assert gw.reached() == ["m-filter"]
+
+
+async def test_a_context_length_refusal_moves_to_a_route_with_a_larger_window(
+    make: Any, mock: MockServerThread
+) -> None:
+    url = mock.base_url
+    gw = await make(
+        {"small": provider(url, "acct-1", "context_window=50"), "large": provider(url, "acct-2")},
+        [
+            {**route("short", "small", "m-small"), "contextWindowTokens": 50},
+            {**route("long", "large", "m-large", priority=1), "contextWindowTokens": 100000},
+        ],
+    )
+    assert (await gw.chat()).status_code == 200
+    assert gw.reached() == ["m-small"]
+    long = await gw.chat(messages=[{"role": "user", "content": "word " * 100}])
+    assert long.status_code == 200
+    assert gw.reached() == ["m-small", "m-large"], "not retried on the same route; moved to the larger window"
+
+
+async def test_a_context_length_refusal_with_no_larger_window_is_the_normalized_400(
+    make: Any, mock: MockServerThread
+) -> None:
+    url = mock.base_url
+    gw = await make(
+        {"small": provider(url, "acct-1", "context_window=50"), "same": provider(url, "acct-2", "context_window=50")},
+        [
+            {**route("a", "small", "m-a"), "contextWindowTokens": 50},
+            {**route("b", "same", "m-b", priority=1), "contextWindowTokens": 50},
+        ],
+    )
+    resp = await gw.chat(messages=[{"role": "user", "content": "word " * 100}])
+    assert resp.status_code == 400
+    error = resp.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert error["message"] == "The request exceeds the model's context length (125 tokens requested, 50 allowed)."
+    assert gw.reached() == ["m-a"]
+
+
+async def test_response_model_route_names_the_public_route_that_answered(make: Any, mock: MockServerThread) -> None:
+    url = mock.base_url
+    routes = [route("primary", "down", "m-phys-primary"), route("backup", "up", "m-phys-backup", priority=1)]
+    providers = {"down": provider(url, "acct-1", "status=503"), "up": provider(url, "acct-2", "words=3")}
+    by_alias = await make(providers, routes)
+    assert (await by_alias.chat()).json()["model"] == "chat"
+    routes[1]["publicModel"] = "chat-backup"
+    gw = await make(providers, routes, model={"responseModel": "route"})
+    body = (await gw.chat()).json()
+    assert body["model"] == "chat-backup"
+    assert body["usage"]["completion_tokens"] == 6, "the usage is the answering attempt's (3 words + prefix)"
+    streamed = await gw.chat(stream=True)
+    assert {json.loads(f)["model"] for f in frames(streamed) if f.startswith("{")} == {"chat-backup"}
+    assert "m-phys" not in streamed.text and "m-phys" not in json.dumps(body)
+    healthy = await make(
+        {"up": provider(url, "acct-2")}, [route("primary", "up", "m-phys")], model={"responseModel": "route"}
+    )
+    assert (await healthy.chat()).json()["model"] == "primary", "publicModel defaults to the route id"
+
+
+async def test_a_stream_that_ends_after_its_finish_without_done_is_complete(make: Any, mock: MockServerThread) -> None:
+    gw = await make({"p": provider(mock.base_url, "acct", "no_done=1")}, [route("r", "p", "m-nodone")])
+    resp = await gw.chat(stream=True, stream_options={"include_usage": True})
+    data = frames(resp)
+    assert data[-1] == "[DONE]"
+    usage = json.loads(data[-2])
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 4, "the provider's usage is reported"
+    assert stream_text(resp) == "Mock reply #1: hi"
+
+
+async def test_one_undecodable_event_mid_stream_is_skipped(make: Any, mock: MockServerThread) -> None:
+    gw = await make({"p": provider(mock.base_url, "acct", "malformed=2,chunks=4")}, [route("r", "p", "m-skip")])
+    resp = await gw.chat(stream=True, messages=[{"role": "user", "content": "one two three four five"}])
+    assert frames(resp)[-1] == "[DONE]"
+    full = "Mock reply #5: one two three four five"
+    text = stream_text(resp)
+    assert text != full and len(text) < len(full), "the one undecodable delta is missing, nothing else"
+    assert gw.reached() == ["m-skip"], "no retry: output had started"
+
+
+@pytest.mark.parametrize(
+    ("fault", "code"),
+    [
+        ("abort_after=2,chunks=5", "upstream_stream_cut"),
+        ("abort_after=2,chunks=5,abort_mode=reset", "upstream_stream_cut"),
+        ("stall_at=2,stall_ms=5000,chunks=5", "upstream_stream_stalled"),
+        ("midstream_error=2,chunks=5", "provider_error"),
+    ],
+)
+async def test_a_failure_after_the_first_token_has_its_own_code(
+    make: Any, mock: MockServerThread, fault: str, code: str
+) -> None:
+    gw = await make(
+        {"p": provider(mock.base_url, "acct", fault), "q": provider(mock.base_url, "acct-2")},
+        [route("r", "p", "m-mid"), route("s", "q", "m-never", priority=1)],
+        streamIdleTimeoutMs=400,
+    )
+    resp = await gw.chat(stream=True, messages=[{"role": "user", "content": "one two three four five"}])
+    data = frames(resp)
+    assert json.loads(data[-1])["error"]["code"] == code
+    assert "[DONE]" not in resp.text
+    assert stream_text(resp), "output had started"
+    assert gw.reached() == ["m-mid"]
+
+
+async def test_an_undecodable_event_inside_a_tool_call_fails_the_stream_as_malformed(
+    make: Any, mock: MockServerThread
+) -> None:
+    gw = await make(
+        {"p": provider(mock.base_url, "acct", "malformed=2,chunks=4")},
+        [route("r", "p", "m-tool")],
+        model={"capabilities": ["streaming", "tools"]},
+    )
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    resp = await gw.chat(stream=True, tools=[tool])
+    error = json.loads(frames(resp)[-1])["error"]
+    assert error["code"] == "upstream_stream_malformed", "a gap could corrupt the call's arguments"

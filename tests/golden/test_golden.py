@@ -28,6 +28,7 @@ from tollway.canonical import (
     ImagePart,
     Message,
     ResponseFormat,
+    SkippedEvent,
     StreamEvent,
     StreamFinish,
     StreamStart,
@@ -140,6 +141,8 @@ def event_json(event: StreamEvent) -> dict[str, Any]:
         return {"type": "tool_call", **dataclasses.asdict(event)}
     if isinstance(event, StreamFinish):
         return {"type": "finish", "reason": event.reason}
+    if isinstance(event, SkippedEvent):
+        return {"type": "skipped"}
     assert isinstance(event, StreamUsage)
     return {"type": "usage", "usage": usage_json(event.usage)}
 

@@ -14,12 +14,14 @@ from typing import Any, cast
 
 import orjson
 
+from tollway.api.image_urls import image_url_error
 from tollway.canonical import (
     CanonicalRequest,
     ContentPart,
     ImagePart,
     Message,
     ResponseFormat,
+    Role,
     TextPart,
     ToolCall,
     ToolChoice,
@@ -131,18 +133,22 @@ def _content_parts(raw: list[Any], i: int, plan: AliasPlan) -> list[ContentPart]
         if kind == "text":
             text = part.get("text")
             if not isinstance(text, str):
-                raise _bad(f"{where}.text must be a string.", where)
+                raise _bad(f"{where}.text must be a string.", f"{where}.text")
             parts.append(TextPart(text))
         elif kind == "image_url":
             _require(plan, "vision", where)
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, dict) else None
-            if not isinstance(url, str) or not url.startswith(("https://", "http://", "data:image/")):
-                raise _bad(f"{where}.image_url.url must be an http(s) or data:image URL.", where)
+            if not isinstance(url, str):
+                raise _bad(f"{where}.image_url.url must be a string.", f"{where}.image_url.url")
+            reason = image_url_error(url, plan.image_url_policy)
+            if reason is not None:
+                raise _bad(f"{where}.image_url.url {reason}.", f"{where}.image_url.url")
             detail = image.get("detail") if isinstance(image, dict) else None
             parts.append(ImagePart(url, detail if isinstance(detail, str) else None))
         else:
-            raise UnsupportedParameter(f"Content part type {kind!r} is not supported.", param=where)
+            shown = repr(kind[:64]) if isinstance(kind, str) else "of a non-string type"
+            raise UnsupportedParameter(f"Content part type {shown} is not supported.", param=f"{where}.type")
     return parts
 
 
@@ -169,8 +175,8 @@ def _message(raw: Any, i: int, plan: AliasPlan) -> Message:
     if not isinstance(raw, dict):
         raise _bad(f"{where} must be an object.", where)
     role = raw.get("role")
-    if role not in _ROLES:
-        raise _bad(f"{where}.role must be one of system, developer, user, assistant, tool.", where)
+    if not isinstance(role, str) or role not in _ROLES:
+        raise _bad(f"{where}.role must be one of system, developer, user, assistant, tool.", f"{where}.role")
     for key, value in raw.items():
         if key not in _MESSAGE_KEYS and not (key in _ECHO_KEYS and not value):
             raise UnsupportedParameter(f"{where}.{key} is not supported.", param=f"{where}.{key}")
@@ -181,22 +187,22 @@ def _message(raw: Any, i: int, plan: AliasPlan) -> Message:
     elif isinstance(content, list):
         parsed = _content_parts(content, i, plan)
     else:
-        raise _bad(f"{where}.content must be a string or an array of parts.", where)
+        raise _bad(f"{where}.content must be a string or an array of parts.", f"{where}.content")
     name = raw.get("name")
     if name is not None and not isinstance(name, str):
-        raise _bad(f"{where}.name must be a string.", where)
-    msg = Message(role=role, content=parsed, name=name)
+        raise _bad(f"{where}.name must be a string.", f"{where}.name")
+    msg = Message(role=cast(Role, role), content=parsed, name=name)
     if raw.get("tool_calls") is not None:
         if role != "assistant":
-            raise _bad(f"{where}.tool_calls is only allowed on assistant messages.", where)
+            raise _bad(f"{where}.tool_calls is only allowed on assistant messages.", f"{where}.tool_calls")
         msg.tool_calls = _tool_calls(raw["tool_calls"], i)
     if role == "tool":
         tool_call_id = raw.get("tool_call_id")
         if not isinstance(tool_call_id, str) or not tool_call_id:
-            raise _bad(f"{where}.tool_call_id is required for tool messages.", where)
+            raise _bad(f"{where}.tool_call_id is required for tool messages.", f"{where}.tool_call_id")
         msg.tool_call_id = tool_call_id
     elif parsed is None and not msg.tool_calls:
-        raise _bad(f"{where}.content is required.", where)
+        raise _bad(f"{where}.content is required.", f"{where}.content")
     return msg
 
 

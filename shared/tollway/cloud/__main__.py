@@ -1,8 +1,10 @@
 """``python -m tollway.cloud {up,bootstrap,describe}``: the local cloud from the command line.
 
 - ``up`` starts the local cloud (moto server on 127.0.0.1, or the emulator ``$AWS_ENDPOINT_URL``
-  points at), bootstraps the topology, runs the event-source runner until Ctrl-C or SIGTERM, then
-  stops the runner and the moto server it started.
+  points at), bootstraps the topology, runs the event-source runner until Ctrl-C, SIGTERM or the
+  end of ``--parent``, then stops in order: the runner takes what is still on its queues (at most
+  :data:`RUNNER_DRAIN_S`) and finishes its batches, and only then does the moto server it started
+  stop, reporting what its in-memory state held.
 - ``bootstrap`` and ``describe`` work on a running endpoint (``--endpoint``, else
   ``$AWS_ENDPOINT_URL``, else ``http://127.0.0.1:4566``); ``describe`` prints JSON.
 
@@ -23,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from tollway.cloud.bootstrap import BootstrapError, bootstrap, describe
-from tollway.cloud.local import DEFAULT_PORT, LOCAL_REGION, LocalCloudError, start_local_cloud
+from tollway.cloud.bootstrap import BootstrapError, Clients, bootstrap, describe
+from tollway.cloud.local import DEFAULT_PORT, LOCAL_REGION, LocalCloud, LocalCloudError, start_local_cloud
 from tollway.cloud.resources import DEFAULT_PREFIX, Topology, topology
 from tollway.cloud.runner import EventSourceRunner, RunnerError
 
@@ -32,6 +34,10 @@ log = logging.getLogger("tollway.cloud")
 
 _LOG_FILE: Final = Path(".tollway") / "local-cloud.log"
 _HEALTH_CHECK_S: Final = 1.0
+RUNNER_DRAIN_S: Final = 10.0
+"""How long a stopping runner keeps taking what is on its queues."""
+RUNNER_STOP_S: Final = 10.0
+"""How long, after that, the batches in hand get to finish."""
 
 
 def _secrets(pairs: Sequence[str], parser: argparse.ArgumentParser) -> dict[str, str]:
@@ -58,6 +64,26 @@ def _export_function_environment(topo: Topology, env: Mapping[str, str], account
                     "function %s wants %s set differently from another function; keeping the first", fn.name, key
                 )
             os.environ.setdefault(key, value)
+
+
+def _held(topo: Topology, cloud: LocalCloud) -> str:
+    """What the cloud's tables and queues hold, as one phrase (its state is lost when moto stops)."""
+    clients = Clients(cloud.endpoint, cloud.region, cloud.env())
+    dynamodb, sqs = clients.client("dynamodb"), clients.client("sqs")
+    parts = []
+    try:
+        for t in topo.tables:
+            if items := int(dynamodb.describe_table(TableName=t.name)["Table"].get("ItemCount", 0)):
+                parts.append(f"{t.name} {items} item(s)")
+        for q in topo.queues:
+            for name in (q.name, q.dlq_name):
+                url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+                attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+                if messages := int(attrs["Attributes"].get("ApproximateNumberOfMessages", "0")):
+                    parts.append(f"{name} {messages} message(s)")
+    except Exception as exc:  # a summary, never a reason to fail the stop
+        parts.append(f"the rest unknown ({type(exc).__name__})")
+    return ", ".join(parts) or "nothing"
 
 
 def _up(args: argparse.Namespace, topo: Topology, secrets: Mapping[str, str]) -> int:
@@ -88,12 +114,21 @@ def _up(args: argparse.Namespace, topo: Topology, secrets: Mapping[str, str]) ->
             if cloud.proc is not None and cloud.proc.poll() is not None:
                 print(f"moto server exited with {cloud.proc.returncode}; see {_LOG_FILE}", file=sys.stderr)
                 return 1
+            if args.parent is not None and os.getppid() != args.parent:
+                log.info("the process that started the local cloud (%d) is gone; stopping", args.parent)
+                break
         return 0
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the stop below is bounded; a second Ctrl-C must not cut it
         if runner is not None:
-            runner.stop()
-        cloud.stop()
-        print("Tollway local cloud stopped.", flush=True)
+            runner.stop(RUNNER_STOP_S, drain_s=RUNNER_DRAIN_S)
+        if cloud.started_here and cloud.proc is not None and cloud.proc.poll() is None:
+            held = _held(topo, cloud)
+            cloud.stop()
+            print(f"Tollway local cloud stopped. Its in-memory state is gone: {held}.", flush=True)
+        else:
+            cloud.stop()
+            print("Tollway local cloud stopped.", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -120,6 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     up = sub.add_parser("up", parents=[common, with_secrets], help="start, bootstrap and run until Ctrl-C")
     up.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"moto server port; 0 picks one (default: {DEFAULT_PORT})"
+    )
+    up.add_argument(
+        "--parent",
+        type=int,
+        metavar="PID",
+        help="the process that started this one: stop when it is gone (default: run until stopped)",
     )
     sub.add_parser(
         "bootstrap", parents=[common, with_secrets, remote], help="create the resources on a running endpoint"

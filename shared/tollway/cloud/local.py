@@ -3,8 +3,10 @@
 ``AWS_ENDPOINT_URL`` pointing at a running LocalStack (or moto, or any emulator that answers)
 wins: nothing is started and nothing is stopped. Otherwise moto server starts as a child
 process on ``127.0.0.1:4566`` (the LocalStack edge port) or the port given, and
-:meth:`LocalCloud.stop` ends it. No emulator here runs Lambda code: the event-source runner
-(``tollway.cloud.runner``) plays that part.
+:meth:`LocalCloud.stop` ends it. The child runs in a process group of its own, so a Ctrl-C in
+the terminal reaches only its parent, which stops it last (after the event-source runner that
+still talks to it); it exits by itself when its parent is gone. No emulator here runs Lambda
+code: the event-source runner (``tollway.cloud.runner``) plays that part.
 """
 
 from __future__ import annotations
@@ -133,11 +135,22 @@ def start_local_cloud(port: int | None = DEFAULT_PORT, *, log_path: Path | None 
     log: IO[bytes] | None = log_path.open("ab") if log_path is not None else None
     env = {**os.environ, **LOCAL_CREDENTIALS}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tollway.cloud.moto_server", "--host", host, "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "tollway.cloud.moto_server",
+            "--parent",
+            str(os.getpid()),
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ],
         stdout=log or subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         env=env,
+        process_group=0,
     )
     cloud = LocalCloud(endpoint=endpoint, proc=proc, log_path=log_path, _log=log)
     deadline = time.monotonic() + _START_TIMEOUT_S

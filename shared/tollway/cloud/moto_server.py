@@ -25,7 +25,10 @@ entries, on every request: 27 % of the emulator's CPU while the audit shipper se
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -108,11 +111,31 @@ def patch_moto() -> None:
     _list_services_once()
 
 
+_PARENT_CHECK_S = 0.5
+
+
+def _exit_with(parent: int) -> None:
+    """End this process once ``parent`` is gone: the local cloud runs it in a process group of its
+    own (so a terminal's Ctrl-C reaches only the parent), and a killed parent must not leave it."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_CHECK_S)
+        os._exit(0)  # the emulator's state is in memory: nothing to flush
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
+    """moto server's own command line, after an optional ``--parent PID`` (exit when it is gone)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--parent"] and len(args) > 1:
+        _exit_with(int(args[1]))
+        args = args[2:]
     patch_moto()
     from moto.server import main as moto_main
 
-    moto_main(argv)
+    moto_main(args)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,10 @@ events AWS would send them:
 Threads, not asyncio: boto3 is synchronous and handlers are the synchronous Lambda entry points.
 Each mapping gets ``max_concurrency`` (default 1) poller threads, so invocations per mapping never
 overlap beyond it; schedules fire from one scheduler thread, one invocation at a time.
-:meth:`EventSourceRunner.stop` is bounded: pollers long-poll at most ``poll_wait_s``.
+:meth:`EventSourceRunner.stop` is bounded: pollers long-poll at most ``poll_wait_s``. With a
+``drain_s`` it first lets the pollers take what is already on their queues (what a gateway's
+audit shipper sent while it stopped), for at most that long, so a local cloud that stops next
+does not lose it; it then logs each mapping's counts (handled, retried, left on the queue).
 
 Logs carry function names, queue names, message ids and counts, never message bodies or handler
 exception messages (either may carry data that must not leak); tracebacks are logged as frames.
@@ -62,6 +65,7 @@ __all__ = [
     "FunctionBinding",
     "Handler",
     "LambdaContext",
+    "MappingCounts",
     "QueueMapping",
     "RateSchedule",
     "RunnerError",
@@ -435,6 +439,18 @@ class BatchOutcome:
     """Messages per ReceiveMessage call, for tests of the batching behaviour."""
 
 
+@dataclass(slots=True)
+class MappingCounts:
+    """What one mapping's pollers did since :meth:`EventSourceRunner.start` (message counts)."""
+
+    handled: int = 0
+    """Deleted after the function succeeded on them."""
+    retried: int = 0
+    """Left on the queue by a failed batch or a reported item failure."""
+    redriven: int = 0
+    """Moved to the DLQ by the runner itself."""
+
+
 @dataclass(frozen=True, slots=True)
 class ScheduleFiring:
     rule: str
@@ -493,6 +509,10 @@ class EventSourceRunner:
         self._dlq_urls: dict[str, str] = {}
         self._schedule_lock = threading.Lock()
         self._stop = threading.Event()
+        self._draining = threading.Event()
+        self._drain_deadline = 0.0
+        self._counts: dict[str, MappingCounts] = {}
+        self._counts_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         if load_functions:
             for fn in topo.functions:
@@ -509,6 +529,25 @@ class EventSourceRunner:
     @property
     def schedules(self) -> tuple[ScheduledRule, ...]:
         return tuple(self._rules)
+
+    def counts(self) -> dict[str, MappingCounts]:
+        """A copy of each mapping's counts, by :attr:`QueueMapping.name`."""
+        with self._counts_lock:
+            return {name: MappingCounts(c.handled, c.retried, c.redriven) for name, c in self._counts.items()}
+
+    def _count(self, mapping: QueueMapping, outcome: BatchOutcome) -> None:
+        with self._counts_lock:
+            counts = self._counts.setdefault(mapping.name, MappingCounts())
+            counts.handled += outcome.deleted
+            counts.retried += len(outcome.retried)
+            counts.redriven += len(outcome.redriven)
+
+    def _visible(self, mapping: QueueMapping) -> int:
+        """Messages ready to receive on the mapping's queue (in flight ones are not counted)."""
+        attrs = self._sqs.get_queue_attributes(
+            QueueUrl=mapping.queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+        return int(attrs.get("ApproximateNumberOfMessages", "0"))
 
     def add_function(self, fn: FunctionSpec, handler: Handler | str | None = None) -> FunctionBinding:
         """Register every queue trigger and schedule of ``fn``; ``handler`` overrides ``fn.handler``."""
@@ -715,9 +754,16 @@ class EventSourceRunner:
     # ------------------------------------------------------------ background
 
     def _poll_loop(self, mapping: QueueMapping) -> None:
+        """Poll until stopped; once draining, until the queue is empty or the drain's time is up."""
         while not self._stop.is_set():
+            draining = self._draining.is_set()
+            if draining and time.monotonic() >= self._drain_deadline:
+                return
             try:
-                self.poll_once(mapping)
+                outcome = self.poll_once(mapping, wait_s=0 if draining else None)
+                self._count(mapping, outcome)
+                if draining and not outcome.received and not self._visible(mapping):
+                    return
             except Exception as exc:
                 log.error(
                     "%s: polling failed: %s; retrying in %.0f s", mapping.name, type(exc).__name__, _ERROR_BACKOFF_S
@@ -725,7 +771,7 @@ class EventSourceRunner:
                 self._stop.wait(_ERROR_BACKOFF_S)
 
     def _schedule_loop(self, tick_s: float) -> None:
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self._draining.is_set():
             try:
                 self.fire_due()
             except Exception as exc:
@@ -740,6 +786,7 @@ class EventSourceRunner:
         if self._threads:
             raise RunnerError("the runner is already started")
         self._stop.clear()
+        self._draining.clear()
         for mapping in self._mappings:
             for slot in range(mapping.trigger.max_concurrency or 1):
                 self._spawn(f"esm {mapping.name} #{slot}", self._poll_loop, mapping)
@@ -758,17 +805,49 @@ class EventSourceRunner:
         thread.start()
         self._threads.append(thread)
 
-    def stop(self, timeout_s: float = 10.0) -> bool:
-        """Stop polling and firing; wait up to ``timeout_s`` in all. True when every thread ended."""
-        self._stop.set()
+    def stop(self, timeout_s: float = 10.0, *, drain_s: float = 0.0) -> bool:
+        """Stop polling and firing; True when every thread ended.
+
+        With ``drain_s`` the pollers first receive and invoke until their queue has no visible
+        message, for at most ``drain_s``; no schedule fires meanwhile. Then the batches in hand
+        get up to ``timeout_s`` to finish. Each mapping's counts are logged once stopped.
+        """
+        started = bool(self._threads)
         deadline = time.monotonic() + timeout_s
+        if drain_s > 0 and started:
+            self._drain_deadline = time.monotonic() + drain_s
+            self._draining.set()
+            deadline = self._drain_deadline + timeout_s
+            for thread in self._threads:
+                if thread.name.startswith("esm "):
+                    thread.join(max(0.0, self._drain_deadline + _IDLE_S - time.monotonic()))
+        self._stop.set()
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         alive = [t.name for t in self._threads if t.is_alive()]
         self._threads = []
         if alive:
             log.warning("event-source runner: still running after %.0f s (a handler in progress): %s", timeout_s, alive)
+        if started:
+            self._log_counts()
         return not alive
+
+    def _log_counts(self) -> None:
+        counts = self.counts()
+        for mapping in self._mappings:
+            c = counts.get(mapping.name, MappingCounts())
+            try:
+                left: int | str = self._visible(mapping)
+            except Exception as exc:  # the summary must not fail a stop
+                left = f"unknown ({type(exc).__name__})"
+            log.info(
+                "event-source runner stopped: %s: %d handled, %d retried, %d redriven, %s left on the queue",
+                mapping.name,
+                c.handled,
+                c.retried,
+                c.redriven,
+                left,
+            )
 
     def __enter__(self) -> EventSourceRunner:
         self.start()

@@ -3,6 +3,8 @@
 Every stage reports problems as ``ConfigIssue`` objects inside one ``ConfigError``: text
 positions (``line 12, column 3``) before the YAML is parsed, YAML paths
 (``models[0].routes[1].priority``) after. No message ever carries an environment value.
+Warnings (``tollway.config.validate.check``) do not fail a load: ``load_config_with_warnings``
+returns them to the callers that report them (``tollway config validate``, the runtime's log).
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from tollway.config.schema import RouterConfig
-from tollway.config.validate import validate, yaml_path
+from tollway.config.validate import check, yaml_path
 from tollway.exceptions import ConfigError, ConfigIssue
 
-__all__ = ["interpolate", "load_config", "load_yaml", "parse_config"]
+__all__ = ["interpolate", "load_config", "load_config_with_warnings", "load_yaml", "parse_config"]
 
 _PLACEHOLDER = re.compile(
     r"^[ \t]*#[^\n]*"
@@ -122,11 +124,18 @@ def parse_config(data: dict[str, Any]) -> RouterConfig:
 
 def load_config(path: Path, env: Mapping[str, str] | None = None) -> RouterConfig:
     """Load, parse and validate ``path``; raises ``ConfigError`` listing every problem found."""
+    return load_config_with_warnings(path, env)[0]
+
+
+def load_config_with_warnings(
+    path: Path, env: Mapping[str, str] | None = None
+) -> tuple[RouterConfig, list[ConfigIssue]]:
+    """:func:`load_config`, and the warnings of the valid config it returns."""
     cfg = parse_config(load_yaml(path, env))
-    issues = validate(cfg)
-    if issues:
-        raise ConfigError(issues)
-    return cfg
+    errors, warnings = check(cfg)
+    if errors:
+        raise ConfigError(errors)
+    return cfg, warnings
 
 
 def _position(text: str, offset: int) -> str:

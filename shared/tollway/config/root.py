@@ -44,7 +44,20 @@ from tollway.routing.strategies import (
 from tollway.secrets import SecretResolver
 from tollway.transport import Transport, TransportSettings, build_transport
 
-__all__ = ["GatewayLimits", "PublishedRoot", "Publisher", "RootHolder"]
+__all__ = [
+    "ASSISTANT_PREFILL",
+    "DEFAULT_MAX_RESET_TIMEOUT_MS",
+    "GatewayLimits",
+    "PublishedRoot",
+    "Publisher",
+    "RootHolder",
+]
+
+ASSISTANT_PREFILL = "assistantPrefill"
+"""The route capability ``streamRecovery: continue`` needs: the provider continues a trailing
+assistant message instead of answering it."""
+DEFAULT_MAX_RESET_TIMEOUT_MS = 10000
+"""``circuitBreaker.maxResetTimeoutMs`` when unset: a recovered deployment is back within 10 s."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +73,8 @@ class GatewayLimits:
     session_header: str
     path_prefix: str = "/v1"
     max_loop_lag_s: float = float("inf")
-    """Shed new requests while the event loop lags more than this (``inf``: never)."""
+    """Shed new requests while the event loop's sustained lag of its own making is over this
+    (``inf``: never); ``Admission`` has the rule."""
     stream_setup_timeout_s: float = 5.0
     """From dispatch to a stream's first semantic event; past it the attempt fails as a timeout."""
     min_drain_bytes_per_s: float = 0.0
@@ -197,7 +211,7 @@ class Publisher:
             failure_rate_threshold=cb.failureRateThreshold,
             min_requests=cb.minRequests,
             window_s=cb.windowMs / 1000,
-            max_reset_timeout_s=cb.maxResetTimeoutMs / 1000,
+            max_reset_timeout_s=(cb.maxResetTimeoutMs or max(DEFAULT_MAX_RESET_TIMEOUT_MS, cb.resetTimeoutMs)) / 1000,
             backoff_multiplier=cb.backoffMultiplier,
         )
         retry = RetryPolicy(
@@ -205,6 +219,8 @@ class Publisher:
             base_backoff_s=cfg.routing.baseBackoffMs / 1000,
             max_backoff_s=cfg.routing.maxBackoffMs / 1000,
             retry_statuses=frozenset(cfg.routing.retryStatuses),
+            max_retry_after_s=cfg.routing.maxRetryAfterMs / 1000,
+            same_route_retries=cfg.routing.sameRouteRetries,
         )
         deployments = self._deployments(cfg)
         aliases = {m.name: self._plan(m, cfg, deployments, retry, circuit) for m in cfg.models}
@@ -236,7 +252,8 @@ class Publisher:
             settings = TransportSettings(
                 base_url=provider.baseUrl,
                 connect_timeout_s=provider.connectTimeoutMs / 1000,
-                request_timeout_s=provider.requestTimeoutMs / 1000,
+                # a per-read timeout can never outlast the request deadline that bounds the attempt
+                request_timeout_s=min(provider.requestTimeoutMs, cfg.requestTimeoutMs) / 1000,
                 stream_idle_timeout_s=cfg.streamIdleTimeoutMs / 1000,
                 max_connections=provider.maxConnections,
                 max_response_bytes=cfg.maxResponseBodyBytes,
@@ -283,6 +300,9 @@ class Publisher:
                         route.provider, circuit, max_in_flight=cfg.providers[route.provider].maxInFlight
                     ),
                     regions=frozenset(route.regions or model.regions),
+                    public_model=route.publicModel or route.id,
+                    context_window=route.contextWindowTokens or model.contextWindowTokens,
+                    prefill=ASSISTANT_PREFILL in (route.capabilities or ()),
                 )
             )
         capabilities = frozenset(model.capabilities)
@@ -306,6 +326,9 @@ class Publisher:
             strategy=_strategy(model, cfg),
             outlier=_outlier(cfg),
             data_classes=frozenset(model.dataClassifications),
+            image_url_policy=model.imageUrlPolicy,
+            response_model=model.responseModel,
+            stream_recovery=model.streamRecovery,
         )
 
     def _keys(self, cfg: RouterConfig) -> dict[str, Principal]:

@@ -17,6 +17,7 @@ __all__ = [
     "CanaryConfig",
     "CanarySplitConfig",
     "CircuitBreakerConfig",
+    "CorsConfig",
     "CredentialConfig",
     "GovernanceConfig",
     "KeyConfig",
@@ -75,7 +76,13 @@ class RouteConfig(_Model):
     weight: int = 100
     regions: list[str] = Field(default_factory=list)
     capabilities: list[str] | None = None
-    """Narrows what this route can serve; defaults to everything its provider format can do."""
+    """Narrows what this route can serve; defaults to everything its provider format can do.
+    ``assistantPrefill`` (only ever declared) says the route continues a trailing assistant message."""
+    contextWindowTokens: int | None = Field(default=None, ge=1)
+    """The deployment's context window; defaults to the alias's. A context-length refusal moves on
+    only to routes that declare a larger one."""
+    publicModel: str | None = None
+    """What a response's ``model`` says under ``responseModel: route``; defaults to the route id."""
 
 
 class ModelConfig(_Model):
@@ -91,7 +98,19 @@ class ModelConfig(_Model):
     regions: list[str] = Field(default_factory=list)
     allowedParameters: list[str] = Field(default_factory=list)
     """Pass-through fields this alias accepts beyond the compatibility profile."""
+    imageUrlPolicy: Literal["data-only", "https-public", "any"] = "https-public"
+    """Which image URLs a request may carry to this alias's providers: ``data-only`` (inline
+    ``data:image/`` only), ``https-public`` (also https URLs whose host is not a loopback,
+    private, link-local, metadata or otherwise non-public address), ``any`` (also plain http and
+    any host). A provider that fetches image URLs must never become a way into this network."""
     unsupportedParameterPolicy: str | None = None
+    contextWindowTokens: int | None = Field(default=None, ge=1)
+    """The context window of routes that declare none of their own."""
+    responseModel: Literal["alias", "route"] = "alias"
+    """``alias``: responses name the alias. ``route``: the answering route's ``publicModel``."""
+    streamRecovery: Literal["none", "continue"] = "none"
+    """``continue``: a text stream cut or stalled after its first token goes on, on a route that
+    declares ``assistantPrefill``, from what the client already has."""
     strategy: str | None = None
     """Overrides ``routing.strategy`` for this alias."""
     canary: CanaryConfig | None = None
@@ -101,14 +120,16 @@ class ModelConfig(_Model):
 
 class CircuitBreakerConfig(_Model):
     failureThreshold: int = 5
-    resetTimeoutMs: int = 30000
+    resetTimeoutMs: int = 5000
     halfOpenRequests: int = 1
     failureRateThreshold: float = Field(default=0.5, gt=0)
     """Also open when this share of the verdicts in the window failed (1.0 or more: off)."""
     minRequests: int = Field(default=20, ge=1)
     windowMs: int = Field(default=30000, ge=100)
-    maxResetTimeoutMs: int = 300000
-    """Each re-open after a failed probe doubles the cool-down (``backoffMultiplier``), up to this."""
+    maxResetTimeoutMs: int | None = None
+    """Each re-open after a failed probe multiplies the cool-down (``backoffMultiplier``), up to this;
+    while the deployment stays down it is probed once per this long. Unset: 10000, or
+    ``resetTimeoutMs`` if that is longer."""
     backoffMultiplier: float = Field(default=2.0, ge=1)
 
 
@@ -145,6 +166,11 @@ class RoutingConfig(_Model):
     maxBackoffMs: int = 2000
     retryStatuses: list[int] = Field(default_factory=lambda: [408, 429, 500, 502, 503, 504, 529])
     """529 is Anthropic's "overloaded"."""
+    sameRouteRetries: int = Field(default=1, ge=0, le=5)
+    """How often one route may be retried within a request before only other routes are tried."""
+    maxRetryAfterMs: int = Field(default=5000, ge=0, le=600000)
+    """The longest provider ``Retry-After`` the gateway waits for; a longer one takes the deployment
+    out of rotation for that long instead."""
     circuitBreaker: CircuitBreakerConfig = Field(default_factory=CircuitBreakerConfig)
     outlierDetection: OutlierDetectionConfig = Field(default_factory=OutlierDetectionConfig)
     leastInFlightMaxWeightBias: float = Field(default=4.0, ge=1)
@@ -158,7 +184,8 @@ class AdmissionConfig(_Model):
     maxQueueWaitMs: int = 0
     overloadStatus: Literal[429, 503] = 503
     maxEventLoopLagMs: int = 50
-    """Shed new requests while the process's event loop lags more than this; 0 turns it off."""
+    """Shed new requests while the process's event loop lags more than this, sustained and from its
+    own work (``server.runtime.Admission``); 0 turns it off."""
     streamBufferEvents: int = 32
     streamSetupTimeoutMs: int = 5000
     maxStreamLifetimeMs: int = 120000
@@ -169,6 +196,10 @@ class AdmissionConfig(_Model):
     bodyReadTimeoutMs: int = 10000
     headerReadTimeoutMs: int = Field(default=10000, ge=100, le=600000)
     """A request's headers must be complete this long after its first byte (server mode; fixed at start)."""
+    maxRequestHeaderBytes: int = Field(default=64 * 1024, ge=4096, le=1024 * 1024)
+    """The request line and header section, as received, may not exceed this (431; server mode; fixed at start)."""
+    maxRequestHeaders: int = Field(default=100, ge=16, le=1000)
+    """At most this many header lines per request (431; server mode; fixed at start)."""
 
 
 class KeyConfig(_Model):
@@ -298,8 +329,23 @@ class AuditConfig(_Model):
     durability: Literal["bounded-async", "local-durable"] = "bounded-async"
     contentMode: Literal["metadata-only", "disabled"] = "metadata-only"
     terminalCommitBeforeResponse: bool = True
+    terminalCommitBeforeDone: bool = False
+    """Streams under ``local-durable``: hold ``data: [DONE]`` until the request's terminal event is
+    durable, so a client that saw ``[DONE]`` is never left with an incomplete audit record."""
     spool: AuditSpoolConfig = Field(default_factory=AuditSpoolConfig)
     sink: AuditSinkConfig = Field(default_factory=AuditSinkConfig)
+
+
+class CorsConfig(_Model):
+    """Cross-origin access for browser apps; no ``allowedOrigins`` (the default): no CORS headers at all."""
+
+    allowedOrigins: list[str] = Field(default_factory=list, max_length=64)
+    """Exact origins (``https://app.example.com``), or ``*`` for any origin (keys are never cookies)."""
+    allowedHeaders: list[str] = Field(default_factory=lambda: ["*"])
+    """Request headers a browser may send; ``*`` (the default) allows what the preflight asks for,
+    which the SDKs need (they send a family of ``x-stainless-*`` headers). Credentials (cookies)
+    are never allowed: a Tollway key travels in a header."""
+    maxAgeSeconds: int = Field(default=600, ge=0, le=86400)
 
 
 class RouterConfig(_Model):
@@ -315,6 +361,8 @@ class RouterConfig(_Model):
     httpClient: Literal["h1", "aiohttp", "httpx"] = "h1"
     """The upstream HTTP client library (docs/benchmarks.md has the numbers behind the default)."""
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
+    cors: CorsConfig = Field(default_factory=CorsConfig)
+    """Fixed at start: a reload does not change it."""
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     models: list[ModelConfig] = Field(default_factory=list)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)

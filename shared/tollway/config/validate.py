@@ -5,6 +5,11 @@ policy the seed's *Configuration Model* says a gateway must refuse to run with. 
 never stops at the first problem: it returns every issue, each located by its YAML path, so
 an operator can fix a config in one pass.
 
+``check`` also returns warnings: settings the user wrote that are valid but can never take
+effect (a provider timeout above the request deadline, say). They are reported, never refused,
+and only ever about keys present in the file (pydantic's ``model_fields_set``): a default must
+never make a valid setting the user wrote invalid, nor warn about a key nobody wrote.
+
 Messages never echo secret material: secret references, key digests and base URLs (which may
 carry ``user:pass@``) are described, not quoted.
 """
@@ -15,6 +20,7 @@ import ipaddress
 import re
 import socket
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from tollway.config.schema import (
@@ -29,9 +35,11 @@ from tollway.config.schema import (
 )
 from tollway.exceptions import ConfigIssue
 
-__all__ = ["validate", "yaml_path"]
+__all__ = ["Findings", "check", "validate", "yaml_path"]
 
 CAPABILITIES = frozenset({"streaming", "tools", "vision", "json_object", "json_schema"})
+ROUTE_CAPABILITIES = CAPABILITIES | {"assistantPrefill"}
+"""A route may also declare ``assistantPrefill``, which no alias requires (``streamRecovery``)."""
 FORMAT_CAPABILITIES: dict[str, frozenset[str]] = {
     "openai-chat-completions": CAPABILITIES,
     "anthropic-messages": frozenset({"streaming", "tools", "vision"}),
@@ -48,6 +56,7 @@ MAX_REQUEST_BODY_BYTES = 64 * 1024 * 1024
 MAX_ATTEMPTS = 10
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
+_PUBLIC_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 _ENV_REF = re.compile(r"env:[A-Za-z_][A-Za-z0-9_]*")
 _AWS_SM_REF = re.compile(r"aws-sm:[A-Za-z0-9/_+=.@:-]+(#[A-Za-z0-9_.-]+)?")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -72,12 +81,23 @@ def yaml_path(*parts: str | int) -> str:
     return out
 
 
+class Findings(NamedTuple):
+    errors: list[ConfigIssue]
+    """A config with any of these must not be published."""
+    warnings: list[ConfigIssue]
+    """Accepted, but the setting can never take effect as written."""
+
+
 class _Issues:
     def __init__(self) -> None:
         self.items: list[ConfigIssue] = []
+        self.warnings: list[ConfigIssue] = []
 
     def add(self, path: str, message: str) -> None:
         self.items.append(ConfigIssue(path, message))
+
+    def warn(self, path: str, message: str) -> None:
+        self.warnings.append(ConfigIssue(path, message))
 
     def positive(self, path: str, value: int, why: str = "") -> None:
         if value <= 0:
@@ -97,6 +117,11 @@ class _Issues:
 
 def validate(cfg: RouterConfig) -> list[ConfigIssue]:
     """Every semantic problem in ``cfg``; an empty list means the config may be published."""
+    return check(cfg).errors
+
+
+def check(cfg: RouterConfig) -> Findings:
+    """Every semantic problem in ``cfg``, and every warning."""
     issues = _Issues()
     _check_gateway(cfg, issues)
     _check_admission(cfg.admission, issues)
@@ -107,7 +132,7 @@ def validate(cfg: RouterConfig) -> list[ConfigIssue]:
     _check_principals(cfg, issues)
     _check_audit(cfg.audit, issues)
     _check_governance(cfg, issues)
-    return issues.items
+    return Findings(issues.items, issues.warnings)
 
 
 def _quoted(values: Iterable[str]) -> str:
@@ -174,7 +199,7 @@ def _check_routing(routing: RoutingConfig, issues: _Issues) -> None:
     issues.positive("routing.circuitBreaker.failureThreshold", breaker.failureThreshold)
     issues.positive("routing.circuitBreaker.resetTimeoutMs", breaker.resetTimeoutMs)
     issues.positive("routing.circuitBreaker.halfOpenRequests", breaker.halfOpenRequests)
-    if breaker.maxResetTimeoutMs < breaker.resetTimeoutMs:
+    if breaker.maxResetTimeoutMs is not None and breaker.maxResetTimeoutMs < breaker.resetTimeoutMs:
         issues.add(
             "routing.circuitBreaker.maxResetTimeoutMs", f"must be at least resetTimeoutMs ({breaker.resetTimeoutMs})"
         )
@@ -202,16 +227,17 @@ def _check_provider(path: str, provider: ProviderConfig, request_timeout_ms: int
     issues.positive(f"{path}.connectTimeoutMs", provider.connectTimeoutMs)
     issues.positive(f"{path}.requestTimeoutMs", provider.requestTimeoutMs)
     issues.positive(f"{path}.maxConnections", provider.maxConnections, "the connection pool must be bounded")
-    if 0 < provider.requestTimeoutMs < provider.connectTimeoutMs:
+    written = provider.model_fields_set
+    if "connectTimeoutMs" in written and 0 < provider.requestTimeoutMs < provider.connectTimeoutMs:
         issues.add(
             f"{path}.connectTimeoutMs",
             f"must not exceed this provider's requestTimeoutMs ({provider.requestTimeoutMs})",
         )
-    if 0 < request_timeout_ms < provider.requestTimeoutMs:
-        issues.add(
+    if "requestTimeoutMs" in written and 0 < request_timeout_ms < provider.requestTimeoutMs:
+        issues.warn(
             f"{path}.requestTimeoutMs",
-            f"exceeds the global requestTimeoutMs ({request_timeout_ms}); the request deadline bounds every attempt, "
-            f"so this timeout could never be reached: lower it to at most {request_timeout_ms}",
+            f"exceeds the global requestTimeoutMs ({request_timeout_ms}), which bounds every attempt: "
+            f"the per-read timeout in effect is {request_timeout_ms}",
         )
 
 
@@ -327,6 +353,10 @@ def _check_models(cfg: RouterConfig, issues: _Issues) -> None:
                 routes.setdefault(route.id, rpath)
             _check_route(rpath, route, model, cfg.providers.get(route.provider), issues)
         _check_priority_groups(path, model.routes, issues)
+        if model.streamRecovery == "continue" and not any(
+            "assistantPrefill" in (r.capabilities or ()) for r in model.routes
+        ):
+            issues.add(f"{path}.streamRecovery", "continue needs a route that declares the assistantPrefill capability")
 
 
 def _check_alias(path: str, model: ModelConfig, issues: _Issues) -> None:
@@ -397,7 +427,9 @@ def _check_route(
             f"expected type {_quoted(FORMAT_PROVIDER_TYPES[route.providerFormat])}",
         )
     if route.capabilities is not None:
-        issues.members(f"{path}.capabilities", route.capabilities, CAPABILITIES, "capability")
+        issues.members(f"{path}.capabilities", route.capabilities, ROUTE_CAPABILITIES, "capability")
+    if route.publicModel is not None and not _PUBLIC_MODEL.fullmatch(route.publicModel):
+        issues.add(f"{path}.publicModel", "must be 1-128 letters, digits or ._:/- and start with a letter or digit")
     if route.priority < 0:
         issues.add(f"{path}.priority", "must not be negative")
     if route.weight < 0:

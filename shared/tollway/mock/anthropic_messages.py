@@ -58,6 +58,7 @@ class AnthropicMessages:
     name = "anthropic"
     request_id_header = b"request-id"
     malformed_frame = b"event: content_block_delta\ndata: {not json\n\n"
+    terminal_frame = _MESSAGE_STOP
 
     def parse(self, body: dict[str, Any]) -> MockRequest:
         model = body.get("model")

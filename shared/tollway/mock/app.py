@@ -28,8 +28,17 @@ from typing import Any, Final
 import orjson
 
 from tollway.mock.anthropic_messages import AnthropicMessages
-from tollway.mock.content import DEFAULT_CHUNKS, MockRequest, text_reply, tool_reply
-from tollway.mock.faults import NO_FAULTS, FaultSpec, FaultSpecError, fault_spec, normalize_key, parse_fault_items
+from tollway.mock.content import DEFAULT_CHUNKS, MockRequest, TextReply, json_reply, split_text, text_reply, tool_reply
+from tollway.mock.faults import (
+    NO_FAULTS,
+    FaultSpec,
+    FaultSpecError,
+    context_refusal,
+    fault_spec,
+    normalize_key,
+    parse_fault_items,
+    prefill_text,
+)
 from tollway.mock.openai_chat import OpenAIChat
 from tollway.mock.wire import Reply, RequestError, WireFormat
 
@@ -67,6 +76,8 @@ class MockApp:
         self._defaults: dict[str, str] = {}
         self._model_defaults: dict[str, dict[str, str]] = {}
         self._fail_counts: dict[str, int] = {}
+        self._down_since: dict[str, float] = {}
+        """``down_for_ms``: when the first request of each canonical spec arrived."""
 
     @property
     def requests(self) -> list[dict[str, Any]]:
@@ -90,6 +101,7 @@ class MockApp:
         else:
             self._model_defaults.pop(model, None)
         self._fail_counts.clear()
+        self._down_since.clear()
         return spec
 
     def clear_faults(self) -> None:
@@ -97,6 +109,7 @@ class MockApp:
         self._defaults = {}
         self._model_defaults = {}
         self._fail_counts.clear()
+        self._down_since.clear()
 
     def reset(self) -> None:
         self.clear_requests()
@@ -199,6 +212,11 @@ class MockApp:
 
     def _failing(self, faults: FaultSpec) -> bool:
         """Whether this request gets the spec's failures; counts requests against ``fail_first``."""
+        if faults.down_for_ms is not None:
+            now = time.monotonic()
+            since = self._down_since.setdefault(faults.canonical, now)
+            if now - since >= faults.down_for_ms / 1000:
+                return False
         if faults.fail_first is None:
             return True
         count = self._fail_counts.get(faults.canonical, 0) + 1
@@ -225,12 +243,24 @@ class MockApp:
         if status is not None:
             await x.error(status, f"Mock fault: HTTP {status}", faults.error_type, _retry_headers(faults))
             return
+        prefill = prefill_text(body.get("messages"))
+        if faults.no_prefill and prefill is not None:
+            await x.error(400, "Mock: a final assistant message (prefill) is not supported", param="messages")
+            return
+        if faults.context_window is not None and req.prompt_tokens > faults.context_window:
+            await x.error(400, *context_refusal(x.wire.name, req.prompt_tokens, faults.context_window))
+            return
         chunks = faults.chunks or DEFAULT_CHUNKS
         reply: Reply
         if req.tool is not None:
             reply = tool_reply(req.tool, chunks)
+        elif req.json_format is not None:
+            reply = json_reply(req.json_format, req.echo, faults.words, chunks)
         else:
             reply = text_reply(req.echo, faults.words, req.max_tokens, chunks)
+            if prefill and reply.text.startswith(prefill) and len(reply.text) > len(prefill):
+                rest = reply.text[len(prefill) :]
+                reply = TextReply(rest, split_text(rest, chunks), len(rest.split()), reply.truncated)
         if req.stream:
             await self._stream(x, req, reply, faults, failing)
         else:
@@ -255,6 +285,8 @@ class MockApp:
 
     async def _stream(self, x: _Exchange, req: MockRequest, reply: Reply, faults: FaultSpec, failing: bool) -> None:
         plan = x.wire.stream(req, reply, x.seq, int(time.time()))
+        if faults.no_done:
+            plan.tail = plan.tail.removesuffix(x.wire.terminal_frame)
         await x.start(200, _SSE_HEADERS)
         if not faults.paced:
             await x.body(b"".join([plan.preamble, *plan.deltas, plan.tail]), more=False)

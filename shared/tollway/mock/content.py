@@ -6,8 +6,12 @@ truncated to :data:`ECHO_WORDS` words, or padded/truncated to exactly ``words`` 
 the fault spec asks for a length. Echoing lets end-to-end tests check that placeholders
 survive a round trip through a gateway.
 
+A JSON reply (``response_format`` ``json_object`` or ``json_schema``) and a tool call's
+arguments are instances of the request's schema, built by :mod:`tollway.mock.json_instance`.
+
 Usage is deterministic too: prompt tokens are ``ceil(characters of message text / 4)``,
-completion tokens are the reply's word count (for a tool call, ``ceil(len(name + arguments) / 4)``).
+completion tokens are the reply's word count (for a tool call, ``ceil(len(name + arguments) / 4)``;
+for a JSON reply, ``ceil(len(json) / 4)``).
 """
 
 from __future__ import annotations
@@ -21,14 +25,18 @@ from typing import Any
 
 import orjson
 
+from tollway.mock.json_instance import instance
+
 __all__ = [
     "DEFAULT_CHUNKS",
     "ECHO_WORDS",
+    "JsonFormat",
     "MockRequest",
     "TextReply",
     "ToolReply",
     "ToolSpec",
     "content_text",
+    "json_reply",
     "pick_tool",
     "split_text",
     "text_reply",
@@ -45,7 +53,6 @@ _FILLER = (
     "mike november oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu"
 ).split()
 _TOKEN = re.compile(r"\S+\s*")
-_SCALAR_BY_TYPE: dict[str, Any] = {"integer": 1, "number": 1.5, "boolean": True, "null": None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +61,13 @@ class ToolSpec:
 
     name: str
     schema: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class JsonFormat:
+    """The request asks for a JSON reply: an instance of ``schema``, or any object when it is ``None``."""
+
+    schema: Mapping[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -68,6 +82,7 @@ class MockRequest:
     include_usage: bool = False
     max_tokens: int | None = None
     tool: ToolSpec | None = None
+    json_format: JsonFormat | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -138,31 +153,20 @@ def split_text(text: str, chunks: int) -> tuple[str, ...]:
 
 
 def tool_arguments(schema: Mapping[str, Any]) -> str:
-    """Compact JSON arguments built from a JSON schema's ``properties``, one mock value each."""
-    properties = schema.get("properties")
-    args: dict[str, Any] = {}
-    if isinstance(properties, dict):
-        for name, prop in properties.items():
-            args[str(name)] = _mock_value(str(name), prop if isinstance(prop, dict) else {})
-    return orjson.dumps(args).decode()
+    """Compact JSON arguments: the schema's instance, or ``{}`` when that is not an object."""
+    args = instance(schema)
+    return orjson.dumps(args if isinstance(args, dict) else {}).decode()
 
 
-def _mock_value(name: str, prop: Mapping[str, Any]) -> Any:
-    kind = prop.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind == "string":
-        return f"mock-{name}"
-    if kind == "array":
-        return []
-    if kind == "object":
-        return {}
-    if kind in _SCALAR_BY_TYPE:
-        return _SCALAR_BY_TYPE[kind]
-    enum = prop.get("enum")
-    if isinstance(enum, list) and enum:
-        return enum[0]
-    return None
+def json_reply(fmt: JsonFormat, echo: str, words: int | None, chunks: int) -> TextReply:
+    """The JSON text a ``json_object`` or ``json_schema`` request gets; ``max_tokens`` never cuts it.
+
+    ``json_object``: ``{"reply": <the text reply>}``, so the echo still shows. ``json_schema``:
+    the schema's instance.
+    """
+    value = {"reply": text_reply(echo, words, None, chunks).text} if fmt.schema is None else instance(fmt.schema)
+    text = orjson.dumps(value).decode()
+    return TextReply(text, split_text(text, chunks), math.ceil(len(text) / 4), False)
 
 
 def tool_reply(tool: ToolSpec, chunks: int) -> ToolReply:

@@ -22,6 +22,8 @@ retry_after=<s>     add ``Retry-After`` to a status answer (``retry_after_ms`` â
 error_type=<t>      override the error type (OpenAI ``type`` and ``code``; Anthropic ``error.type``)
 fail_first=<n>      only the first n requests with this exact merged spec get its failures
                     (status, stall, abort, malformed, midstream error); alone it means status 503
+down_for_ms=<n>     a flapping deployment: the spec's failures only for n ms after the first request
+                    with this exact merged spec, then it recovers; alone it means status 503
 delay_ms=<n>        wait before the response headers (synonym: ``latency_ms``)
 latency_jitter_ms   add 0..n ms, a hash of the request sequence number (synonym: ``jitter_ms``)
 ttft_ms, chunk_gap  SSE: wait before the first content delta / between deltas
@@ -33,6 +35,10 @@ abort_after=<k>     after k chunks end the body mid-frame (buffered: half the JS
                     ``abort_mode=reset`` drops the connection instead of ending the body
 malformed=<k>       SSE: the k-th content frame becomes ``data: {not json``; buffered: non-JSON 200
 midstream_error=<k> SSE: after k chunks send the format's error frame and end, without terminal frames
+no_done=1           SSE: end after the finish (and usage) without ``[DONE]`` / ``message_stop``
+context_window=<n>  400 context-length refusal, in the format's words, for prompts over n tokens
+no_prefill=1        400 for a request whose last message is an assistant prefill (else the mock
+                    continues a prefill that begins its reply, with the rest of that reply)
 require_auth=1      401 unless ``Authorization: Bearer`` (OpenAI) / ``x-api-key`` (Anthropic)
 tag=<s>             no effect; separates ``fail_first`` counters
 ==================  ==========================================================================
@@ -43,8 +49,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["FAULT_KEYS", "NO_FAULTS", "FaultSpec", "FaultSpecError", "fault_spec", "parse_fault_items"]
+__all__ = [
+    "FAULT_KEYS",
+    "NO_FAULTS",
+    "FaultSpec",
+    "FaultSpecError",
+    "context_refusal",
+    "fault_spec",
+    "parse_fault_items",
+    "prefill_text",
+]
 
 DEFAULT_STALL_MS = 600_000
 DEFAULT_FAIL_STATUS = 503
@@ -68,13 +84,17 @@ _INT_KEYS = frozenset(
         "malformed",
         "midstream_error",
         "require_auth",
+        "down_for_ms",
+        "no_done",
+        "context_window",
+        "no_prefill",
     }
 )
 _TEXT_KEYS = frozenset({"retry_after", "error_type", "abort_mode", "tag"})
 FAULT_KEYS: frozenset[str] = _INT_KEYS | _TEXT_KEYS | frozenset(_ALIASES)
 """Every key a fault spec accepts, aliases included."""
 
-_MINIMUM = {"status": 400, "chunks": 1, "stall_at": -1, "malformed": 1}
+_MINIMUM = {"status": 400, "chunks": 1, "stall_at": -1, "malformed": 1, "context_window": 1}
 _MAXIMUM = {"status": 599, "chunks": 100_000, "words": 1_000_000}
 
 
@@ -107,6 +127,10 @@ class FaultSpec:
     midstream_error: int | None = None
     require_auth: bool = False
     tag: str | None = None
+    down_for_ms: int | None = None
+    no_done: bool = False
+    context_window: int | None = None
+    no_prefill: bool = False
 
     def delay_s(self, seq: int) -> float:
         """Seconds to wait before answering request ``seq``: ``delay_ms`` plus its jitter.
@@ -136,8 +160,9 @@ class FaultSpec:
 
     @property
     def fail_status(self) -> int | None:
-        """The error status to answer; ``fail_first`` alone implies 503."""
-        if self.status is None and self.fail_first is not None and not self.failing:
+        """The error status to answer; ``fail_first`` or ``down_for_ms`` alone implies 503."""
+        gated = self.fail_first is not None or self.down_for_ms is not None
+        if self.status is None and gated and not self.failing:
             return DEFAULT_FAIL_STATUS
         return self.status
 
@@ -208,8 +233,9 @@ def _build(items: tuple[tuple[str, str], ...]) -> FaultSpec:
         _check_retry_after(str(values["retry_after"]))
     if values.get("abort_mode", "close") not in ("close", "reset"):
         raise FaultSpecError("mock fault abort_mode must be 'close' or 'reset'")
-    if "require_auth" in values:
-        values["require_auth"] = bool(values["require_auth"])
+    for flag in ("require_auth", "no_done", "no_prefill"):
+        if flag in values:
+            values[flag] = bool(values[flag])
     canonical = ",".join(f"{key}={raw}" for key, raw in items)
     return FaultSpec(canonical=canonical, **values)  # type: ignore[arg-type]
 
@@ -234,3 +260,28 @@ def _check_retry_after(raw: str) -> None:
         ok = False
     if not ok:
         raise FaultSpecError(f"mock fault retry_after must be a non-negative number of seconds, got {raw!r}")
+
+
+def prefill_text(messages: Any) -> str | None:
+    """The text of a trailing assistant message (an assistant prefill), or ``None``."""
+    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
+        return None
+    last = messages[-1]
+    if last.get("role") != "assistant":
+        return None
+    content = last.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return None
+
+
+def context_refusal(wire: str, used: int, limit: int) -> tuple[str, str | None]:
+    """``(message, error type)`` of a context-length refusal, worded as each provider words it."""
+    if wire == "anthropic":
+        return f"prompt is too long: {used} tokens > {limit} maximum", None
+    message = (
+        f"This model's maximum context length is {limit} tokens. However, your messages resulted in {used} tokens."
+    )
+    return message, "context_length_exceeded"

@@ -6,7 +6,7 @@ from typing import Any, Final
 
 import orjson
 
-from tollway.mock.content import MockRequest, ToolReply, ToolSpec, content_text, pick_tool
+from tollway.mock.content import JsonFormat, MockRequest, ToolReply, ToolSpec, content_text, pick_tool
 from tollway.mock.wire import Reply, RequestError, StreamPlan
 
 __all__ = ["OpenAIChat"]
@@ -43,6 +43,7 @@ class OpenAIChat:
     name = "openai"
     request_id_header = b"x-request-id"
     malformed_frame = b"data: {not json\n\n"
+    terminal_frame = _DONE
 
     def parse(self, body: dict[str, Any]) -> MockRequest:
         model = body.get("model")
@@ -65,6 +66,7 @@ class OpenAIChat:
             include_usage=isinstance(options, dict) and options.get("include_usage") is True,
             max_tokens=_max_tokens(body),
             tool=self._tool(body, messages[-1]),
+            json_format=_json_format(body.get("response_format")),
         )
 
     @staticmethod
@@ -142,6 +144,26 @@ class OpenAIChat:
         if req.include_usage:
             tail += head + b'"choices":[],"usage":' + orjson.dumps(_usage(req, reply)) + b"}\n\n"
         return StreamPlan(open_delta + first + close_delta, deltas, tail + _DONE)
+
+
+def _json_format(raw: Any) -> JsonFormat | None:
+    """``response_format``: ``text`` (or none) is a text reply; ``json_object`` and ``json_schema`` a JSON one."""
+    if raw is None:
+        return None
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return JsonFormat()
+    if kind == "json_schema":
+        spec = raw.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"]:
+            raise RequestError("response_format.json_schema must be an object with a name", "response_format")
+        schema = spec.get("schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise RequestError("response_format.json_schema.schema must be an object", "response_format")
+        return JsonFormat(schema)
+    raise RequestError("response_format.type must be one of text, json_object, json_schema", "response_format")
 
 
 def _function(reply: ToolReply, arguments: str | None = None) -> dict[str, str]:

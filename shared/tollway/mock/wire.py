@@ -43,6 +43,8 @@ class WireFormat(Protocol):
     """``"openai"`` or ``"anthropic"``, as recorded in the request log."""
     request_id_header: bytes
     malformed_frame: bytes
+    terminal_frame: bytes
+    """The frame that ends a complete stream (``[DONE]``, ``message_stop``); ``no_done`` leaves it out."""
 
     def parse(self, body: dict[str, Any]) -> MockRequest: ...
 

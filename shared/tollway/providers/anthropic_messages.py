@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import orjson
 
 from tollway.canonical import (
+    SKIPPED,
     CanonicalRequest,
     CanonicalResponse,
     ContentPart,
@@ -41,6 +42,7 @@ from tollway.providers.base import ProviderFormat, SseEvent, Target, UpstreamReq
 from tollway.providers.openai_chat import (
     ErrorInfo,
     as_int,
+    client_reason,
     describe,
     error_fields,
     error_info,
@@ -50,6 +52,7 @@ from tollway.providers.openai_chat import (
     retry_after,
     status_category,
     str_or_none,
+    truncated,
 )
 
 __all__ = ["AnthropicMessagesCodec"]
@@ -150,10 +153,19 @@ class AnthropicMessagesCodec:
         )
 
     async def decode_stream(self, events: AsyncIterator[SseEvent]) -> AsyncIterator[StreamEvent]:
+        """Complete at ``message_stop``, or when the stream ends after ``message_delta`` gave its
+        stop reason (the usage counted so far is reported); ending before that is a truncation.
+        One event that does not decode, after one that did, is reported as ``SKIPPED``."""
         state = _StreamState()
         started = False
         async for sse in events:
-            doc = load_object(sse.data, status=None, what="stream event")
+            try:
+                doc = load_object(sse.data, status=None, what="stream event")
+            except UpstreamError:
+                if not started:
+                    raise
+                yield SKIPPED
+                continue
             kind = doc.get("type")
             kind = kind if isinstance(kind, str) else sse.event
             if kind == "error":
@@ -168,7 +180,10 @@ class AnthropicMessagesCodec:
                 return
             for event in state.apply(kind, doc):
                 yield event
-        raise malformed("stream ended before message_stop")
+        if not state.finished:
+            raise truncated("stream ended before its stop reason")
+        if state.usage:
+            yield StreamUsage(_usage(state.usage))
 
     def decode_error(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamError:
         info = error_info(body)
@@ -177,7 +192,14 @@ class AnthropicMessagesCodec:
             if info.type == "overloaded_error":
                 category = UpstreamCategory.OVERLOADED
             category = refine_category(category, info)
-        return UpstreamError(category, status=status, retry_after=retry_after(headers), detail=describe(info, body))
+        return UpstreamError(
+            category,
+            status=status,
+            retry_after=retry_after(headers),
+            detail=describe(info, body),
+            reason=client_reason(category, info, body),
+            reported=True,
+        )
 
 
 def _conversation(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
@@ -296,13 +318,15 @@ def _usage(raw: Mapping[str, Any]) -> Usage:
 def _stream_error(doc: Mapping[str, Any]) -> UpstreamError:
     info = error_fields(doc) or ErrorInfo(None, None, "")
     category = refine_category(_ERROR_TYPES.get(info.type or "", UpstreamCategory.SERVER), info)
-    return UpstreamError(category, detail="stream error " + describe(info, b""))
+    return UpstreamError(
+        category, detail="stream error " + describe(info, b""), reason=client_reason(category, info, b""), reported=True
+    )
 
 
 class _StreamState:
     """What a stream has told so far: usage counters and which content blocks are tool calls."""
 
-    __slots__ = ("args_seen", "tools", "usage")
+    __slots__ = ("args_seen", "finished", "tools", "usage")
 
     _USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
@@ -312,6 +336,8 @@ class _StreamState:
         self.tools: dict[int, int] = {}
         """Content block index → tool-call ordinal."""
         self.args_seen: set[int] = set()
+        self.finished = False
+        """``message_delta`` gave the stop reason: the answer is complete even without ``message_stop``."""
 
     def apply(self, kind: str | None, doc: Mapping[str, Any]) -> list[StreamEvent]:
         """The canonical events of one upstream event. Unknown event types (``ping``, and any
@@ -324,7 +350,10 @@ class _StreamState:
             self._count(doc.get("usage"))
             delta = doc.get("delta")
             stop = delta.get("stop_reason") if isinstance(delta, dict) else None
-            return [StreamFinish(_FINISH.get(stop, "stop"))] if isinstance(stop, str) else []
+            if not isinstance(stop, str):
+                return []
+            self.finished = True
+            return [StreamFinish(_FINISH.get(stop, "stop"))]
         index = doc.get("index")
         if not isinstance(index, int):
             return []

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, NamedTuple
 import orjson
 
 from tollway.canonical import (
+    SKIPPED,
     CanonicalRequest,
     CanonicalResponse,
     ContentPart,
@@ -68,6 +69,25 @@ _ERROR_TYPES: Mapping[str, UpstreamCategory] = {
 
 _SAFETY_CODES = frozenset({"content_filter", "content_policy_violation"})
 _CONTEXT_MESSAGE = re.compile(r"prompt is too long|maximum context length|context (?:length|window|limit)", re.I)
+_SAFETY_MESSAGE = re.compile(r"content[ _-]?(?:filter|management|moderation)|safety system|usage polic(?:y|ies)", re.I)
+_CONTEXT_LIMIT = re.compile(r"(?:maximum context length is|context (?:length|window|limit) (?:is|of)) (\d{1,9})", re.I)
+_CONTEXT_USED = re.compile(r"(?:resulted in|requested|you requested) (\d{1,9}) tokens", re.I)
+_CONTEXT_PAIR = re.compile(r"(\d{1,9}) tokens > (\d{1,9}) maximum", re.I)
+_POLICY_CATEGORIES = frozenset(
+    {
+        "hate",
+        "sexual",
+        "violence",
+        "self_harm",
+        "jailbreak",
+        "profanity",
+        "indirect_attack",
+        "protected_material_text",
+        "protected_material_code",
+    }
+)
+"""Content-filter category names a normalized reason may repeat (Azure OpenAI's); nothing else
+of the provider's body reaches the client."""
 _SECRET = re.compile(r"sk-[A-Za-z0-9_*\-]{6,}|Bearer\s+\S+|AKIA[0-9A-Z]{16}", re.I)
 _DETAIL_LIMIT = 200
 
@@ -124,28 +144,47 @@ class OpenAIChatCodec:
         )
 
     async def decode_stream(self, events: AsyncIterator[SseEvent]) -> AsyncIterator[StreamEvent]:
-        started = False
+        """A stream is complete at ``[DONE]``, or when it ends after its ``finish_reason`` (some
+        servers never send ``[DONE]``); ending before that is a truncation. One event that does
+        not decode, after one that did, is reported as ``SKIPPED`` for the gateway to judge."""
+        started = finished = False
         async for sse in events:
             if sse.data == "[DONE]":
                 if not started:
                     yield StreamStart()
                 return
-            chunk = load_object(sse.data, status=None, what="stream chunk")
+            try:
+                chunk = load_object(sse.data, status=None, what="stream chunk")
+            except UpstreamError:
+                if not started:
+                    raise
+                yield SKIPPED
+                continue
             if sse.event == "error" or chunk.get("error"):
                 raise _stream_error(chunk)
             if not started:
                 started = True
                 yield StreamStart(str_or_none(chunk.get("id")))
             for event in _chunk_events(chunk):
+                if type(event) is StreamFinish:
+                    finished = True
                 yield event
-        raise malformed("stream ended before [DONE]")
+        if not finished:
+            raise truncated("stream ended before its finish_reason")
 
     def decode_error(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamError:
         info = error_info(body)
         category = status_category(status)
         if info is not None:
-            category = refine_category(category, info, safety_codes=_SAFETY_CODES)
-        return UpstreamError(category, status=status, retry_after=retry_after(headers), detail=describe(info, body))
+            category = refine_category(category, info)
+        return UpstreamError(
+            category,
+            status=status,
+            retry_after=retry_after(headers),
+            detail=describe(info, body),
+            reason=client_reason(category, info, body),
+            reported=True,
+        )
 
 
 def _message(m: Message) -> dict[str, Any]:
@@ -282,8 +321,10 @@ def _stream_error(chunk: Mapping[str, Any]) -> UpstreamError:
     if category is None:
         code = int(info.code) if info.code is not None and info.code.isdigit() else 0
         category = status_category(code) if 400 <= code <= 599 else UpstreamCategory.SERVER
-    category = refine_category(category, info, safety_codes=_SAFETY_CODES)
-    return UpstreamError(category, detail="stream error " + describe(info, b""))
+    category = refine_category(category, info)
+    return UpstreamError(
+        category, detail="stream error " + describe(info, b""), reason=client_reason(category, info, b""), reported=True
+    )
 
 
 # Helpers for HTTP error envelopes and JSON bodies, shared with the other codecs.
@@ -347,16 +388,69 @@ _STATUS_CATEGORY: Mapping[int, UpstreamCategory] = {
 
 
 def refine_category(
-    category: UpstreamCategory, info: ErrorInfo, *, safety_codes: frozenset[str] = frozenset()
+    category: UpstreamCategory, info: ErrorInfo, *, safety_codes: frozenset[str] = _SAFETY_CODES
 ) -> UpstreamCategory:
-    """An invalid request is really a context-length or safety failure when the body says so."""
+    """An invalid request is really a context-length or safety failure when the body says so:
+    by its code or type (``context_length_exceeded``; ``content_filter``,
+    ``content_policy_violation``), or by a message such as "prompt is too long" or "content
+    filtering policy" (Anthropic's bodies carry no code)."""
     if category is not UpstreamCategory.INVALID_REQUEST:
         return category
     if info.code == "context_length_exceeded" or _CONTEXT_MESSAGE.search(info.message):
         return UpstreamCategory.CONTEXT_LENGTH
-    if info.code in safety_codes:
+    if info.code in safety_codes or info.type in safety_codes or _SAFETY_MESSAGE.search(info.message):
         return UpstreamCategory.SAFETY
     return category
+
+
+def client_reason(category: UpstreamCategory, info: ErrorInfo | None, body: bytes) -> str | None:
+    """A normalized sentence for a context-length or safety refusal, from a fixed template and
+    only the numbers or known category names the provider gave; ``None`` leaves the default."""
+    if category is UpstreamCategory.CONTEXT_LENGTH and info is not None:
+        return context_reason(info.message)
+    if category is UpstreamCategory.SAFETY:
+        names = policy_categories(body)
+        if names:
+            return f"The request was rejected by the model provider's content policy ({', '.join(names)})."
+    return None
+
+
+def context_reason(message: str) -> str | None:
+    """``"... (130021 tokens requested, 128000 allowed)."`` from OpenAI's "maximum context length
+    is N tokens ... resulted in M tokens" or Anthropic's "M tokens > N maximum"."""
+    used = limit = None
+    pair = _CONTEXT_PAIR.search(message)
+    if pair is not None:
+        used, limit = pair.group(1), pair.group(2)
+    match = _CONTEXT_LIMIT.search(message)
+    if match is not None:
+        limit = match.group(1)
+    match = _CONTEXT_USED.search(message)
+    if match is not None:
+        used = match.group(1)
+    if limit is None:
+        return None
+    asked = f"{int(used)} tokens requested, " if used is not None else ""
+    return f"The request exceeds the model's context length ({asked}{int(limit)} allowed)."
+
+
+def policy_categories(body: bytes) -> list[str]:
+    """The filtered categories of an Azure-style ``innererror.content_filter_result``, sorted,
+    limited to the names in ``_POLICY_CATEGORIES``."""
+    try:
+        doc = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        return []
+    err = doc.get("error") if isinstance(doc, dict) else None
+    inner = err.get("innererror") if isinstance(err, dict) else None
+    result = inner.get("content_filter_result") if isinstance(inner, dict) else None
+    if not isinstance(result, dict):
+        return []
+    return sorted(
+        name
+        for name, verdict in result.items()
+        if name in _POLICY_CATEGORIES and isinstance(verdict, dict) and verdict.get("filtered") is True
+    )
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
@@ -415,6 +509,10 @@ def load_object(data: bytes | str, *, status: int | None, what: str) -> dict[str
 
 def malformed(detail: str, *, status: int | None = None) -> UpstreamError:
     return UpstreamError(UpstreamCategory.MALFORMED, status=status, detail=clip(detail))
+
+
+def truncated(detail: str) -> UpstreamError:
+    return UpstreamError(UpstreamCategory.TRUNCATED, detail=detail)
 
 
 def as_int(value: object) -> int:

@@ -9,6 +9,10 @@
     HALF_OPEN ──(a probe fails)──▶ OPEN                  cool-down * backoff_multiplier,
                                                          capped at max_reset_timeout_s
 
+The cap is what brings a recovered deployment back: once the cool-down has grown to it, a
+probe is admitted every ``max_reset_timeout_s`` for as long as the deployment stays down, so
+traffic returns at most that long after it recovers (10 s by default), however long the outage.
+
 HALF_OPEN admits at most ``half_open_requests`` concurrent probes. Every transition starts a
 new *epoch*; an attempt is admitted under the epoch current at its start, and its verdict only
 moves the state machine if that epoch is still current. A slow request started before the
@@ -44,12 +48,12 @@ class CircuitPolicy:
     """
 
     failure_threshold: int = 5
-    reset_timeout_s: float = 30.0
+    reset_timeout_s: float = 5.0
     half_open_requests: int = 1
     failure_rate_threshold: float = 0.5
     min_requests: int = 20
     window_s: float = 30.0
-    max_reset_timeout_s: float = 300.0
+    max_reset_timeout_s: float = 10.0
     backoff_multiplier: float = 2.0
 
 
@@ -207,8 +211,11 @@ class CircuitBreaker:
     def _should_trip(self, now: float) -> bool:
         if self.consecutive_failures >= self.policy.failure_threshold:
             return True
+        threshold = self.policy.failure_rate_threshold
+        if threshold >= 1.0:
+            return False
         total, failures = self.window.counts(now)
-        return total >= self.policy.min_requests and failures >= self.policy.failure_rate_threshold * total
+        return total >= self.policy.min_requests and failures >= threshold * total
 
     def _open(self, now: float) -> None:
         self.opened_at = now

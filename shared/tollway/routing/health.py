@@ -8,7 +8,7 @@ allocates per request. The clock is injectable so tests drive time by hand.
 
 The attempt lifecycle::
 
-    ticket = health.try_start()          # None: refused (open, ejected, saturated, probes full)
+    ticket = health.try_start()          # None: refused (open, ejected, deferred, saturated, probes full)
     ...
     health.observe_ttft(seconds)         # streams: when the first semantic event arrives
     health.on_success(seconds, ticket=ticket)  |  health.on_failure(counts=..., ticket=ticket)
@@ -72,6 +72,8 @@ class DeploymentHealth:
         "_samples_since_ejection",
         "breaker",
         "clock",
+        "deferred_rate_limited",
+        "deferred_until",
         "ejected_until",
         "ejection_count",
         "ewma_latency_s",
@@ -103,6 +105,9 @@ class DeploymentHealth:
         self.total_abandoned = 0
         self.ejected_until = 0.0
         self.ejection_count = 0
+        self.deferred_until = 0.0
+        """Out of rotation until then: the provider asked for a longer wait than the gateway waits."""
+        self.deferred_rate_limited = False
 
     # -- compatibility with the original dataclass ------------------------------------------
 
@@ -143,12 +148,24 @@ class DeploymentHealth:
         return 0 < self.max_in_flight <= self.in_flight
 
     def available(self, now: float | None = None) -> bool:
-        """Whether a new attempt would be admitted now: not ejected, not saturated, and the
-        circuit closed or half-open with a probe slot free."""
+        """Whether a new attempt would be admitted now: not ejected, not deferred, not saturated,
+        and the circuit closed or half-open with a probe slot free."""
         now = self.clock() if now is None else now
-        if now < self.ejected_until or self.saturated():
+        if now < self.ejected_until or now < self.deferred_until or self.saturated():
             return False
         return self.breaker.allows(now)
+
+    def defer(self, seconds: float, *, rate_limited: bool, now: float | None = None) -> None:
+        """Keep the deployment out of rotation for ``seconds``: its ``Retry-After`` was longer than
+        ``routing.maxRetryAfterMs``. Neither the circuit nor the outlier evidence changes."""
+        until = (self.clock() if now is None else now) + seconds
+        if until > self.deferred_until:
+            self.deferred_until = until
+            self.deferred_rate_limited = rate_limited
+
+    def deferred_for(self, now: float | None = None) -> float:
+        """Seconds left of a deferral (0.0: none)."""
+        return max(0.0, self.deferred_until - (self.clock() if now is None else now))
 
     # -- the attempt lifecycle ------------------------------------------------------------------
 
@@ -159,7 +176,7 @@ class DeploymentHealth:
         request may have taken the last half-open probe slot.
         """
         now = self.clock() if now is None else now
-        if now < self.ejected_until or self.saturated():
+        if now < self.ejected_until or now < self.deferred_until or self.saturated():
             return None
         ticket = self.breaker.admit(now)
         if ticket is not None:
@@ -250,6 +267,7 @@ class DeploymentHealth:
             "ejected": now < self.ejected_until,
             "ejectedForS": round(max(0.0, self.ejected_until - now), 3),
             "ejectionCount": self.ejection_count,
+            "deferredForS": round(max(0.0, self.deferred_until - now), 3),
             "totalAttempts": self.total_attempts,
             "totalSuccesses": self.total_successes,
             "totalFailures": self.total_failures,

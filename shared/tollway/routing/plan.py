@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from tollway.providers.base import ProviderCodec, ProviderFormat, Target
 from tollway.routing.health import DeploymentHealth, OutlierPolicy
+from tollway.routing.retry import RetryPolicy
 from tollway.routing.strategies import RouteDecision, SelectionInput, Strategy, WeightedRandom, decide
 from tollway.transport.base import Transport
 
@@ -43,22 +44,13 @@ class RouteTarget:
     health: DeploymentHealth
     regions: frozenset[str] = frozenset()
     """Where this route processes traffic (the route's ``regions``, else the alias's)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    max_attempts: int
-    base_backoff_s: float
-    max_backoff_s: float
-    retry_statuses: frozenset[int]
-
-    def backoff(self, retry_number: int, retry_after: float | None, rng: random.Random) -> float:
-        """Exponential backoff with full jitter, never shorter than the provider's Retry-After."""
-        ceiling = min(self.max_backoff_s, self.base_backoff_s * (2 ** max(0, retry_number - 1)))
-        delay = rng.uniform(0, ceiling) if ceiling > 0 else 0.0
-        if retry_after is not None:
-            delay = max(delay, retry_after)
-        return delay
+    public_model: str = ""
+    """The name a client sees as ``model`` under ``responseModel: route`` (``publicModel``, else the
+    route id): never the physical model."""
+    context_window: int | None = None
+    """Declared context window in tokens (``contextWindowTokens``); ``None``: undeclared."""
+    prefill: bool = False
+    """The route declares ``assistantPrefill``: it continues a trailing assistant message."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -79,6 +71,13 @@ class AliasPlan:
     """Outlier ejection inside each priority group; ``None`` turns it off."""
     data_classes: frozenset[str] = frozenset()
     """The data classifications this alias is approved for (``dataClassifications``)."""
+    image_url_policy: str = "https-public"
+    """``data-only``, ``https-public`` or ``any`` (``imageUrlPolicy``; tollway.api.image_urls)."""
+    response_model: str = "alias"
+    """``alias`` or ``route``: what a response's ``model`` names (``responseModel``)."""
+    stream_recovery: str = "none"
+    """``none`` or ``continue`` (``streamRecovery``): may a text stream cut after its first token
+    continue on another route with an assistant prefill."""
 
     def serves(self, regions: frozenset[str]) -> bool:
         """Whether some route may process traffic restricted to ``regions`` (empty: no restriction)."""

@@ -44,6 +44,7 @@ from tollway.canonical import (
 )
 from tollway.config.root import PublishedRoot
 from tollway.exceptions import (
+    AuthenticationFailed,
     DeadlineExceeded,
     GatewayError,
     InvalidRequest,
@@ -71,7 +72,14 @@ _JSON = "application/json"
 
 
 class RequestIdMiddleware:
-    """Gives every request an id and puts ``x-request-id`` on every response, errors included."""
+    """Gives every request an id and puts ``x-request-id`` on every response, errors included.
+
+    It is also where an unexpected exception stops. Starlette's outermost error middleware sends
+    its 500 and then re-raises, and uvicorn answers a raised exception by closing the connection,
+    so a client's next request on a kept-alive connection would meet a reset. Here an exception
+    before the response started becomes the 500 envelope, one after the response completed is
+    only logged, and only one in the middle of a body (nothing else can be said then) goes on.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -83,13 +91,24 @@ class RequestIdMiddleware:
         rid = "req_" + secrets.token_hex(12)
         scope.setdefault("state", {})["request_id"] = rid
         header = (b"x-request-id", rid.encode())
+        progress = [False, False]  # started, completed
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", ()), header]
+                progress[0] = True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                progress[1] = True
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            if progress[0] and not progress[1]:
+                raise
+            log.exception("unhandled error (request %s)", rid)
+            if not progress[0]:
+                await _error(GatewayError())(scope, receive, send_with_id)
 
 
 def _error(err: GatewayError) -> Response:
@@ -99,6 +118,30 @@ def _error(err: GatewayError) -> Response:
 def _runtime(request: Request) -> GatewayRuntime:
     runtime: GatewayRuntime = request.app.state.runtime
     return runtime
+
+
+def _authenticate(request: Request, root: PublishedRoot) -> Principal:
+    """The caller's principal. Two ``Authorization`` headers are refused, not resolved by order:
+    a proxy that adds one in front of the client's would otherwise decide who the caller is."""
+    values = request.headers.getlist("authorization")
+    if len(values) > 1:
+        request.app.state.counters.unauthenticated += 1
+        raise AuthenticationFailed("Send exactly one Authorization header.")
+    try:
+        return authenticate(values[0] if values else None, root.keys)
+    except AuthenticationFailed:
+        request.app.state.counters.unauthenticated += 1
+        raise
+
+
+class _Counters:
+    """Answers that leave no audit record of their own, counted per process for ``/healthz``."""
+
+    __slots__ = ("unauthenticated",)
+
+    def __init__(self) -> None:
+        self.unauthenticated = 0
+        """401s: an unauthenticated caller has no principal to record a request under."""
 
 
 async def _read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes:
@@ -201,10 +244,15 @@ async def _finish(
     code: str | None,
     stream: bool,
     admitted_at: float,
+    alias: str | None = None,
+    *,
+    commit: bool = False,
 ) -> None:
     """The one end of every chat request: settle its reservation, write the access-log line, then
     the audit trail's terminal event when the request was admitted to it (``admitted_at`` is set
-    once its first event is in)."""
+    once its first event is in), or a ``request_rejected`` event when an authenticated request was
+    refused before that. A shed for overload is counted by admission instead: shedding must cost
+    less than serving, so it writes nothing."""
     cost: CostRecord | None = None
     if ctx is not None and (ctx.governance is not None or ctx.root.pricing.snapshot is not None):
         last = ctx.attempts[-1].route_id if ctx.attempts else None
@@ -212,9 +260,21 @@ async def _finish(
         cost = runtime.governor.settle(ctx.governance, ctx.root.pricing, last, ctx.usage, billable)
     _log_access(ctx, principal, status, stream, rid)
     audit = runtime.audit.recorder if runtime.audit is not None else None
-    if audit is not None and ctx is not None and admitted_at:
+    if audit is None:
+        return
+    if ctx is not None and admitted_at:
         await audit.request_finished(
-            ctx, status=status, error_code=code, stream=stream, admitted_at=admitted_at, cost=cost
+            ctx, status=status, error_code=code, stream=stream, admitted_at=admitted_at, cost=cost, commit=commit
+        )
+    elif principal is not None and code is not None and code != "overloaded":
+        audit.request_rejected(
+            request_id=rid,
+            principal=principal,
+            alias=ctx.plan.name if ctx is not None else alias,
+            status=status,
+            code=code,
+            stream=stream if alias is not None or ctx is not None else None,
+            root_digest=runtime.holder.root.digest if ctx is None else ctx.root.digest,
         )
 
 
@@ -257,18 +317,36 @@ async def _admit_budget(
     return admitted, input_tokens + max_output
 
 
+def _model_not_found(model: str) -> ModelNotFound:
+    """The same answer for an alias that does not exist and one the caller may not see."""
+    return ModelNotFound(f"The model '{model[:200]}' does not exist or you do not have access to it.")
+
+
+def _model_object(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "tollway"}
+
+
 async def list_models(request: Request) -> Response:
     root = _runtime(request).holder.root
     try:
-        principal = authenticate(request.headers.get("authorization"), root.keys)
+        principal = _authenticate(request, root)
     except GatewayError as err:
         return _error(err)
-    data = [
-        {"id": name, "object": "model", "created": 0, "owned_by": "tollway"}
-        for name in root.aliases
-        if principal.may_use(name)
-    ]
+    data = [_model_object(name) for name in root.aliases if principal.may_use(name)]
     return Response(orjson.dumps({"object": "list", "data": data}), media_type=_JSON)
+
+
+async def retrieve_model(request: Request) -> Response:
+    """``GET /v1/models/{id}``: one of the caller's aliases (the SDKs' ``models.retrieve``)."""
+    root = _runtime(request).holder.root
+    model: str = request.path_params["model"]
+    try:
+        principal = _authenticate(request, root)
+        if model not in root.aliases or not principal.may_use(model):
+            raise _model_not_found(model)
+    except GatewayError as err:
+        return _error(err)
+    return Response(orjson.dumps(_model_object(model)), media_type=_JSON)
 
 
 async def chat_completions(request: Request) -> Response:
@@ -279,11 +357,12 @@ async def chat_completions(request: Request) -> Response:
     governed = runtime.gateway.governor is not None and (root.governance.enabled or root.pricing.snapshot is not None)
     principal: Principal | None = None
     ctx: RequestContext | None = None
+    alias: str | None = None
     stream = False
     admitted = False
     admitted_at = 0.0
     try:
-        principal = authenticate(request.headers.get("authorization"), root.keys)
+        principal = _authenticate(request, root)
         _check_content_type(request)
         await runtime.admission.enter(root)
         admitted = True
@@ -291,7 +370,8 @@ async def chat_completions(request: Request) -> Response:
         env = parse_body(raw)
         plan = root.aliases.get(env.model)
         if plan is None or not principal.may_use(env.model):
-            raise ModelNotFound(f"The model '{env.model[:200]}' does not exist or you do not have access to it.")
+            raise _model_not_found(env.model)
+        alias = plan.name
         _check_eligibility(principal, plan)
         creq = to_canonical(env, plan)
         if creq.stream:
@@ -320,7 +400,7 @@ async def chat_completions(request: Request) -> Response:
         if stream:
             async with _cancel_on_disconnect(request):
                 committed = await runtime.gateway.open_stream(ctx, creq)
-            renderer = ChunkRenderer(response_id, created, plan.name, creq.include_usage)
+            renderer = ChunkRenderer(response_id, created, ctx.response_model, creq.include_usage)
             admitted = False  # the stream session releases from here on
             session = _StreamSession(runtime, ctx, committed, renderer, creq.include_usage, admitted_at)
             return SseResponse(
@@ -335,11 +415,11 @@ async def chat_completions(request: Request) -> Response:
             )
         async with _cancel_on_disconnect(request):
             result = await runtime.gateway.complete(ctx, creq)
-        body = render_completion(response_id, created, plan.name, result)
+        body = render_completion(response_id, created, ctx.response_model, result)
         await _finish(runtime, ctx, principal, rid, 200, None, False, admitted_at)
         return Response(body, media_type=_JSON)
     except GatewayError as err:
-        await _finish(runtime, ctx, principal, rid, err.status, err.code, stream, admitted_at)
+        await _finish(runtime, ctx, principal, rid, err.status, err.code, stream, admitted_at, alias)
         return _error(err)
     except (ClientDisconnect, _ClientGone):
         await _finish(runtime, ctx, principal, rid, 499, None, stream, admitted_at)
@@ -359,9 +439,11 @@ class _StreamSession:
     __slots__ = (
         "_admitted_at",
         "_closed",
+        "_code",
         "_committed",
         "_ctx",
         "_error",
+        "_hold_done",
         "_include_usage",
         "_renderer",
         "_runtime",
@@ -385,7 +467,12 @@ class _StreamSession:
         self._include_usage = include_usage
         self._error: BaseException | None = None
         self._status = 499
+        self._code: str | None = None
         self._closed = False
+        cfg = runtime.audit_config
+        self._hold_done = admitted_at > 0 and cfg.durability == "local-durable" and cfg.terminalCommitBeforeDone
+        """``terminalCommitBeforeDone``: the request is finished, and its terminal event durable,
+        before ``[DONE]`` leaves; a client that saw ``[DONE]`` has a complete audit record."""
 
     async def frames(self) -> AsyncGenerator[bytes, None]:
         """The client's frames. The finish frame is held back and leaves in one write with the
@@ -409,11 +496,15 @@ class _StreamSession:
                     evidence=UsageEvidence.LOCAL_ESTIMATE,
                 )
                 held += renderer.usage(usage)
+            if self._hold_done:
+                self._status = 200
+                await self.close()
             yield held + renderer.done
             self._status = 200
         except UpstreamError as exc:
-            self._error, self._status = exc, 502
-            yield held + renderer.error(exc.to_gateway_error())
+            err = exc.to_stream_error()
+            self._error, self._status, self._code = exc, err.status, err.code
+            yield held + renderer.error(err)
         except BaseException as exc:
             self._error = exc
             raise
@@ -427,9 +518,16 @@ class _StreamSession:
         finally:
             self._runtime.admission.release(True)
             ctx = self._ctx
-            code = "provider_error" if self._status == 502 else None
             await _finish(
-                self._runtime, ctx, ctx.principal, ctx.request_id, self._status, code, True, self._admitted_at
+                self._runtime,
+                ctx,
+                ctx.principal,
+                ctx.request_id,
+                self._status,
+                self._code,
+                True,
+                self._admitted_at,
+                commit=self._hold_done and self._status == 200,
             )
 
 
@@ -447,7 +545,7 @@ async def usage(request: Request) -> Response:
 
     runtime = _runtime(request)
     try:
-        principal = authenticate(request.headers.get("authorization"), runtime.holder.root.keys)
+        principal = _authenticate(request, runtime.holder.root)
         try:
             query = parse_usage_query(
                 dict(request.query_params), scope=caller_scope(principal), today=datetime.now(UTC).date()
@@ -477,7 +575,7 @@ async def admin_routes(request: Request) -> Response:
     runtime = _runtime(request)
     root = runtime.holder.root
     try:
-        principal = authenticate(request.headers.get("authorization"), root.keys)
+        principal = _authenticate(request, root)
         if ADMIN_ROLE not in principal.roles:
             raise PermissionDenied("This endpoint needs the admin role.")
     except GatewayError as err:
@@ -513,6 +611,7 @@ async def healthz(request: Request) -> Response:
         "in_flight": {"requests": runtime.admission.requests, "streams": runtime.admission.streams},
         "loop_lag_ms": round(runtime.admission.loop_lag_s * 1000, 1),
         "shed_for_loop_lag": runtime.admission.shed_lag,
+        "unauthenticated": request.app.state.counters.unauthenticated,
     }
     if runtime.audit is not None:
         body["audit"] = runtime.audit.stats()
@@ -530,11 +629,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     else:
         err = GatewayError()
     return _error(err)
-
-
-async def _unhandled(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error (request %s)", request.scope.get("state", {}).get("request_id"))
-    return _error(GatewayError())
 
 
 def freeze_startup_heap(*, collect: bool) -> None:
@@ -598,14 +692,24 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
 
     app = Starlette(
         lifespan=lifespan,
-        exception_handlers={HTTPException: _http_error, Exception: _unhandled},
+        exception_handlers={HTTPException: _http_error},
     )
     app.state.runtime = runtime
+    app.state.counters = _Counters()
+    # A path with a trailing slash is a 404 like any unknown path: Starlette's redirect would build
+    # its Location from the client's Host header.
+    app.router.redirect_slashes = False
     prefix = runtime.holder.root.limits.path_prefix  # routes are fixed at start; a reload cannot move them
     app.router.add_route(f"{prefix}/models", list_models, methods=["GET"])
+    app.router.add_route(f"{prefix}/models/{{model:path}}", retrieve_model, methods=["GET"])
     app.router.add_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"])
     app.router.add_route(f"{prefix}/usage", usage, methods=["GET"])
     app.router.add_route("/healthz", healthz, methods=["GET"])
     app.router.add_route("/admin/v1/routes", admin_routes, methods=["GET"])
+    cors = runtime.cors_config
+    if cors.allowedOrigins:  # off by default, and then no layer at all
+        from tollway.server.cors import install_cors
+
+        install_cors(app, cors)
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -15,13 +15,13 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tollway.audit.pipeline import AuditPipeline
-from tollway.config.loader import load_config
+from tollway.config.loader import load_config_with_warnings
 from tollway.config.root import PublishedRoot, Publisher, RootHolder
-from tollway.config.schema import AuditConfig, GovernanceConfig
-from tollway.exceptions import ConfigError, Overloaded, TollwayError
+from tollway.config.schema import AuditConfig, CorsConfig, GovernanceConfig
+from tollway.exceptions import ConfigError, ConfigIssue, Overloaded, TollwayError
 from tollway.gateway import Gateway
 from tollway.governance.lease_stores import DynamoDBLeaseStore, LeaseStore, LeaseStoreSettings, MemoryLeaseStore
 from tollway.governance.leases import LeasePolicy, LocalLedger
@@ -41,17 +41,46 @@ class Admission:
 
     Counting permits alone does not shed a CPU-bound process: when the event loop is saturated,
     requests wait in socket buffers and the loop's ready queue, not in flight, so the permit
-    count stays low while latency climbs. :meth:`monitor_loop_lag` samples how late a timer
-    fires; while the last sample exceeds ``max_loop_lag_s`` new requests are rejected at once,
-    which costs far less CPU than serving them and lets the admitted ones finish promptly.
+    count stays low while latency climbs. So admission also sheds while the loop lags, a
+    rejection costing far less CPU than serving the request. :meth:`monitor_loop_lag` samples how
+    late a timer fires and :meth:`observe_loop` judges the samples:
+
+    - **Only lag of the process's own making counts.** A sample's *own* lag is the CPU time the
+      loop thread used during the sample beyond the timer's interval (at most its lateness): the
+      work it ran while the timer waited. A loop late because a CPU was busy with another
+      process used little CPU meanwhile and scores about 0: shedding would not give it the CPU
+      back, it would only fail requests it can serve. A loop late behind its own callbacks
+      scores its whole lateness. A loop with work queued on a host that
+      gives it a share *s* of a core scores about *s* times its lateness: it sheds once the work
+      queued ahead is over the limit in its own CPU time, so the capacity it actually has decides.
+      A fixed share threshold ("shed only above 80 % of a core") would instead never shed a
+      process that is overloaded on a host giving it less than that.
+    - **Sustained, never one sample.** The judged lag is the median own lag of the last
+      ``LAG_SAMPLES`` samples: three of five must be over the limit, so a GC pause, one long
+      callback or one burst of requests does not shed.
+    - **Prompt once confirmed.** For ``LAG_HOLD_S`` after the median was over the limit, one
+      sample over it is enough again: a saturated loop that shed, drained and fills up again goes
+      back to shedding at its first late sample, not after a new backlog of three.
+
+    Time the loop thread spends blocked (a synchronous system call) counts like time waiting for
+    a CPU: not its own. :meth:`acquire` compares the judged lag with ``max_loop_lag_s``, one
+    comparison on the request path; everything else runs in the monitor, off it.
     """
+
+    LAG_SAMPLES: ClassVar[int] = 5
+    LAG_HOLD_S: ClassVar[float] = 1.0
 
     requests: int = 0
     streams: int = 0
     _waiting: deque[asyncio.Future[None]] = field(default_factory=deque)
     """Requests queued for a request permit, oldest first (only with ``maxQueuedRequests`` > 0)."""
     loop_lag_s: float = 0.0
-    """The last measured event-loop lag (0 until :meth:`monitor_loop_lag` runs)."""
+    """The judged event-loop lag, in seconds of the process's own work (0 until
+    :meth:`monitor_loop_lag` runs); ``/healthz`` shows it as ``loop_lag_ms``."""
+    _own_lags: deque[float] = field(default_factory=lambda: deque(maxlen=Admission.LAG_SAMPLES), init=False)
+    _held_lag_s: float = field(default=0.0, init=False)
+    """The largest median of about the last ``LAG_HOLD_S``: a single sample never judges above it."""
+    _held_at: float = field(default=float("-inf"), init=False)
     shed_lag: int = 0
     """Requests rejected because of loop lag, since start."""
     _lag_logged_at: float = field(default=float("-inf"), init=False)
@@ -108,12 +137,24 @@ class Admission:
                     self._waiting.remove(handoff)
 
     async def monitor_loop_lag(self, interval_s: float = 0.01) -> None:
-        """Sample the event loop's lag every ``interval_s`` until cancelled (off the request path)."""
-        loop = asyncio.get_running_loop()
+        """Sample the event loop every ``interval_s`` until cancelled (off the request path): how
+        long its timer took, and how much CPU the loop's thread (this one) used meanwhile."""
         while True:
-            start = loop.time()
+            wall, cpu = time.monotonic(), time.thread_time()
             await asyncio.sleep(interval_s)
-            self.loop_lag_s = max(0.0, loop.time() - start - interval_s)
+            now = time.monotonic()
+            self.observe_loop(interval_s, now - wall, time.thread_time() - cpu, now)
+
+    def observe_loop(self, interval_s: float, wall_s: float, cpu_s: float, now: float) -> None:
+        """Judge one sample into ``loop_lag_s``: a timer of ``interval_s`` fired after ``wall_s``,
+        while the loop thread used ``cpu_s`` of CPU; ``now`` is monotonic time, for the hold."""
+        own = max(0.0, min(wall_s, cpu_s) - interval_s)
+        lags = self._own_lags
+        lags.append(own)
+        median = sorted(lags)[len(lags) // 2] if len(lags) == lags.maxlen else 0.0
+        if median >= self._held_lag_s or now - self._held_at > self.LAG_HOLD_S:
+            self._held_lag_s, self._held_at = median, now
+        self.loop_lag_s = max(median, min(own, self._held_lag_s))
 
     def acquire_stream(self, root: PublishedRoot) -> None:
         """Take a stream permit as well, once the request is known to stream."""
@@ -151,6 +192,8 @@ class GatewayRuntime:
     governance_config: GovernanceConfig = field(default_factory=GovernanceConfig)
     """The ``governance:`` block as loaded at start: the lease store and the pricing source are per
     process; policies, budgets and quota groups reload with the root."""
+    cors_config: CorsConfig = field(default_factory=CorsConfig)
+    """The ``cors:`` block as loaded at start: middleware is fixed when the app is built."""
     _usage_ledger: UsageLedger | None = None
     _stamp: tuple[float, int] | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -161,8 +204,9 @@ class GatewayRuntime:
         """Load and publish the first root; an invalid file is fatal at start."""
         publisher = Publisher(config_dir=config_path.parent)
         stamp = cls._stat(config_path)
-        cfg = load_config(config_path)
+        cfg, warnings = load_config_with_warnings(config_path)
         root = publisher.publish(cfg)
+        _log_warnings(warnings)
         # One replica holding the whole limit as its lease cannot overshoot anyone: with the
         # in-process store the lease is the limit, so no request waits on a refill.
         fraction = 1.0 if cfg.governance.store == "memory" else cfg.governance.leaseFraction
@@ -174,6 +218,7 @@ class GatewayRuntime:
             gateway=Gateway(governor=governor),
             audit_config=cfg.audit,
             governance_config=cfg.governance,
+            cors_config=cfg.cors,
         )
         runtime._stamp = stamp  # taken before the read, so a write during start-up is seen by the watch
         return runtime
@@ -249,7 +294,7 @@ class GatewayRuntime:
     async def _reload(self) -> bool:
         active = self.holder.root
         try:
-            cfg = await asyncio.to_thread(load_config, self.config_path)
+            cfg, warnings = await asyncio.to_thread(load_config_with_warnings, self.config_path)
             candidate = self.publisher.publish(cfg)
         except ConfigError as exc:
             log.error(
@@ -269,6 +314,7 @@ class GatewayRuntime:
             return True
         old = self.holder.swap(candidate)
         log.info("config generation %d active (digest %s)", candidate.generation, candidate.digest[:12])
+        _log_warnings(warnings)
         task = asyncio.ensure_future(self.publisher.retire(old, candidate))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -291,6 +337,11 @@ class GatewayRuntime:
         if isinstance(store, DynamoDBLeaseStore):
             store.close()
         await self.publisher.aclose()
+
+
+def _log_warnings(warnings: list[ConfigIssue]) -> None:
+    for issue in warnings:
+        log.warning("config warning: %s", issue)
 
 
 def _lease_store(gov: GovernanceConfig) -> LeaseStore:

@@ -303,12 +303,6 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
         "requestTimeoutMs (4000)",
     ),
     (
-        "provider-timeout-above-request-deadline",
-        edit(f"{P}.requestTimeoutMs", 200000),
-        f"{P}.requestTimeoutMs",
-        "request deadline bounds every attempt",
-    ),
-    (
         "idle-above-stream-lifetime",
         edit("streamIdleTimeoutMs", 200000),
         "streamIdleTimeoutMs",

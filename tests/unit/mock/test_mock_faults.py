@@ -355,3 +355,56 @@ async def test_fault_prefix_without_a_route_is_404(client: httpx.AsyncClient) ->
 
     assert bare.status_code == 404
     assert elsewhere.status_code == 404
+
+
+async def test_down_for_fails_until_the_window_after_the_first_request_passes(client: httpx.AsyncClient) -> None:
+    path = fault("down_for_ms=300", CHAT)
+    first = (await client.post(path, json=OPENAI)).status_code
+    deadline = time.monotonic() + 10
+    statuses = []
+    while time.monotonic() < deadline:
+        status = (await client.post(path, json=OPENAI)).status_code
+        statuses.append(status)
+        if status == 200:
+            break
+    assert first == 503
+    assert statuses[-1] == 200, "recovers once the window has passed"
+    assert (await client.post(path, json=OPENAI)).status_code == 200, "and stays recovered"
+    assert (await client.post(fault("down_for_ms=60000,status=500", CHAT), json=OPENAI)).status_code == 500
+
+
+async def test_no_done_ends_after_the_finish_without_the_terminal_frame(client: httpx.AsyncClient) -> None:
+    body = {**stream_body(OPENAI), "stream_options": {"include_usage": True}}
+    chat = (await client.post(fault("no_done=1", CHAT), json=body)).text
+    claude = (await client.post(fault("no_done=1", MESSAGES), json=stream_body(ANTHROPIC))).text
+
+    assert '"finish_reason":"stop"' in chat and '"usage":{"prompt_tokens"' in chat
+    assert "[DONE]" not in chat and chat.endswith("}\n\n")
+    assert '"stop_reason":"end_turn"' in claude and "message_stop" not in claude
+
+
+async def test_context_window_refuses_longer_prompts_in_each_formats_words(client: httpx.AsyncClient) -> None:
+    long_chat = {**OPENAI, "messages": [{"role": "user", "content": "word " * 40}]}
+    long_claude = {**ANTHROPIC, "messages": [{"role": "user", "content": "word " * 40}]}
+    short = await client.post(fault("context_window=20", CHAT), json=OPENAI)
+    chat = await client.post(fault("context_window=20", CHAT), json=long_chat)
+    claude = await client.post(fault("context_window=20", MESSAGES), json=long_claude)
+
+    assert short.status_code == 200
+    assert chat.status_code == 400 and chat.json()["error"]["code"] == "context_length_exceeded"
+    assert "maximum context length is 20 tokens" in chat.json()["error"]["message"]
+    assert (
+        claude.status_code == 400 and claude.json()["error"]["message"] == "prompt is too long: 50 tokens > 20 maximum"
+    )
+
+
+async def test_a_prefill_is_continued_unless_no_prefill_refuses_it(client: httpx.AsyncClient) -> None:
+    prefill = {"role": "assistant", "content": "Mock reply #6: one two"}
+    body = stream_body({**OPENAI, "messages": [*OPENAI["messages"], prefill]})
+    continued = (await client.post(CHAT, json=body)).text
+    refused = await client.post(fault("no_prefill=1", CHAT), json=body)
+    plain = await client.post(fault("no_prefill=1", CHAT), json=OPENAI)
+
+    assert "".join(content_deltas(continued)) == " three four five six"
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "messages"
+    assert plain.status_code == 200

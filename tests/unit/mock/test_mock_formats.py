@@ -31,7 +31,7 @@ WEATHER_TOOL_SCHEMA: dict[str, object] = {
     },
 }
 WEATHER_ARGUMENTS = (
-    '{"city":"mock-city","days":1,"threshold":1.5,"metric":true,"tags":[],"extra":{},"unit":"mock-unit"}'
+    '{"city":"mock-city","days":1,"threshold":1.5,"metric":true,"tags":["mock-tags"],"extra":{},"unit":"mock-unit"}'
 )
 
 

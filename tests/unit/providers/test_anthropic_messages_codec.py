@@ -7,6 +7,7 @@ import orjson
 import pytest
 
 from tollway.canonical import (
+    SKIPPED,
     CanonicalRequest,
     ImagePart,
     Message,
@@ -409,18 +410,53 @@ async def test_an_error_as_the_first_event_raises_before_the_stream_starts() -> 
     assert (seen, exc.category) == ([], C.OVERLOADED)
 
 
-async def test_stream_without_message_stop_is_malformed() -> None:
-    seen, exc = await failure(
-        message_start(), block_start(0, {"type": "text", "text": "hi"}), message_delta("end_turn")
+async def test_a_stream_that_ends_after_its_stop_reason_without_message_stop_is_complete() -> None:
+    seen = await collect(
+        message_start(input_tokens=7),
+        block_start(0, {"type": "text", "text": "hi"}),
+        message_delta("end_turn", output_tokens=2),
     )
-    assert seen == [StreamStart("msg_1"), TextDelta("hi"), StreamFinish("stop")]
-    assert exc.category is C.MALFORMED
-    assert "message_stop" in exc.detail
+    assert seen == [
+        StreamStart("msg_1"),
+        TextDelta("hi"),
+        StreamFinish("stop"),
+        StreamUsage(Usage(prompt_tokens=7, completion_tokens=2)),
+    ]
 
 
-async def test_invalid_json_frame_is_malformed() -> None:
-    _, exc = await failure(message_start(), SseEvent("content_block_delta", '{"type": "content_block_delta", "ind'))
+async def test_a_stream_cut_before_its_stop_reason_is_truncated() -> None:
+    seen, exc = await failure(message_start(), block_start(0, {"type": "text", "text": "hi"}))
+    assert seen == [StreamStart("msg_1"), TextDelta("hi")]
+    assert exc.category is C.TRUNCATED
+
+
+async def test_an_undecodable_event_after_a_good_one_is_reported_as_skipped() -> None:
+    seen = await collect(
+        message_start(),
+        SseEvent("content_block_delta", '{"type": "content_block_delta", "ind'),
+        block_start(0, {"type": "text", "text": "hi"}),
+        message_delta("end_turn"),
+        STOP,
+    )
+    assert seen[:3] == [StreamStart("msg_1"), SKIPPED, TextDelta("hi")]
+
+
+async def test_an_undecodable_first_event_is_malformed() -> None:
+    _, exc = await failure(SseEvent("message_start", "{not json"), STOP)
     assert exc.category is C.MALFORMED
+
+
+def test_a_content_filtering_refusal_is_a_safety_failure() -> None:
+    body = anthropic_error("invalid_request_error", "Output blocked by content filtering policy")
+    err = codec.decode_error(400, {}, body)
+    assert err.category is C.SAFETY
+    assert err.to_gateway_error().code == "content_filter"
+
+
+def test_a_prompt_too_long_refusal_carries_its_numbers() -> None:
+    body = anthropic_error("invalid_request_error", "prompt is too long: 210345 tokens > 200000 maximum")
+    err = codec.decode_error(400, {}, body)
+    assert err.reason == "The request exceeds the model's context length (210345 tokens requested, 200000 allowed)."
 
 
 async def test_tool_use_start_without_id_is_malformed() -> None:

@@ -7,6 +7,7 @@ import orjson
 import pytest
 
 from tollway.canonical import (
+    SKIPPED,
     CanonicalRequest,
     Message,
     ResponseFormat,
@@ -313,16 +314,36 @@ async def test_an_error_as_the_first_event_raises_before_the_stream_starts() -> 
     assert exc.category is C.OVERLOADED
 
 
-async def test_stream_without_done_is_malformed() -> None:
-    seen, exc = await failure(chunk({"content": "cut"}), chunk({}, finish="stop"))
-    assert seen[-1] == StreamFinish("stop")
-    assert exc.category is C.MALFORMED
-    assert "[DONE]" in exc.detail
+async def test_a_stream_that_ends_after_its_finish_without_done_is_complete() -> None:
+    usage = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+    seen = await collect(chunk({"content": "done"}), chunk({}, finish="stop"), chunk(usage=usage))
+    assert seen[-2:] == [StreamFinish("stop"), StreamUsage(Usage(prompt_tokens=3, completion_tokens=1))]
 
 
-async def test_invalid_json_frame_is_malformed() -> None:
-    _, exc = await failure(chunk({"content": "a"}), SseEvent(None, '{"choices": [{"delta": '))
+async def test_a_stream_cut_before_its_finish_is_truncated() -> None:
+    seen, exc = await failure(chunk({"content": "cut"}))
+    assert seen[-1] == TextDelta("cut")
+    assert exc.category is C.TRUNCATED
+    assert not exc.reported
+
+
+async def test_an_undecodable_event_after_a_good_one_is_reported_as_skipped() -> None:
+    seen = await collect(
+        chunk({"content": "a"}), SseEvent(None, '{"choices": [{"delta": '), chunk({"content": "b"}), DONE
+    )
+    assert seen[1:] == [TextDelta("a"), SKIPPED, TextDelta("b")]
+
+
+async def test_an_undecodable_first_event_is_malformed() -> None:
+    _, exc = await failure(SseEvent(None, "{not json"), chunk({"content": "a"}), DONE)
     assert exc.category is C.MALFORMED
+
+
+async def test_a_stream_error_event_is_reported_by_the_provider() -> None:
+    _, exc = await failure(
+        chunk({"content": "a"}), SseEvent(None, '{"error": {"type": "server_error", "message": "x"}}')
+    )
+    assert exc.category is C.SERVER and exc.reported
 
 
 # decode_error
@@ -422,3 +443,43 @@ def test_non_json_error_detail_is_capped() -> None:
     assert err.detail.startswith("unrecognized error body: <html>")
     assert len(err.detail) <= 240
     assert codec.decode_error(500, {}, b"").detail == "empty error body"
+
+
+def test_a_context_length_refusal_carries_a_normalized_reason_with_only_its_numbers() -> None:
+    body = openai_error(
+        "This model's maximum context length is 128000 tokens. However, your messages resulted in 130021 tokens.",
+        code="context_length_exceeded",
+    )
+    err = codec.decode_error(400, {}, body)
+    assert err.category is C.CONTEXT_LENGTH
+    assert err.reason == "The request exceeds the model's context length (130021 tokens requested, 128000 allowed)."
+    assert err.to_gateway_error().message == err.reason
+    assert codec.decode_error(400, {}, openai_error("too long", code="context_length_exceeded")).reason is None
+
+
+def test_a_content_filter_refusal_is_a_400_content_filter_naming_only_known_categories() -> None:
+    body = orjson.dumps(
+        {
+            "error": {
+                "message": "The response was filtered due to the prompt triggering content management policy.",
+                "type": None,
+                "param": "prompt",
+                "code": "content_filter",
+                "innererror": {
+                    "code": "ResponsibleAIPolicyViolation",
+                    "content_filter_result": {
+                        "hate": {"filtered": False, "severity": "safe"},
+                        "violence": {"filtered": True, "severity": "high"},
+                        "jailbreak": {"filtered": True, "detected": True},
+                        "secret sauce <script>": {"filtered": True},
+                    },
+                },
+            }
+        }
+    )
+    err = codec.decode_error(400, {}, body).to_gateway_error()
+    assert (err.status, err.code, err.type) == (400, "content_filter", "invalid_request_error")
+    assert err.message == "The request was rejected by the model provider's content policy (jailbreak, violence)."
+    plain = codec.decode_error(400, {}, openai_error("Your request was rejected as a result of our safety system."))
+    assert plain.category is C.SAFETY
+    assert plain.to_gateway_error().message == "The request was rejected by the model provider's content policy."
