@@ -41,7 +41,7 @@ def publish_adapter_placeholder(stage: str) -> str:
         LayerName=f"{stage}-lambda-adapter-placeholder",
         Description="Stand-in for AWS's public Lambda Web Adapter layer on a local cloud",
         Content={"ZipFile": archive.getvalue()},
-        CompatibleRuntimes=["python3.11"],
+        CompatibleRuntimes=["python3.13"],  # the stack's runtime (infra.constructs.function.RUNTIME)
     )
     return str(published["LayerVersionArn"])
 

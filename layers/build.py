@@ -2,16 +2,16 @@
 
 - ``deps.zip``: the ``[project] dependencies`` of ``pyproject.toml``, resolved through the lock
   ``constraints.txt`` and installed by pip for Lambda's platform (manylinux2014 x86_64, CPython
-  3.11), under ``python/``.
+  3.13), under ``python/``.
 - ``core.zip``: ``shared/tollway`` as ``python/tollway``, without what Lambda never runs.
 
 boto3 stays out of the deps layer. The gateway calls it once per config publication, for
-Secrets Manager's ``GetSecretValue``, which every boto3 the Python 3.11 runtime has shipped
-supports, and the runtime provides one. Measured with this recipe and the lock's boto3 1.44.5
-and botocore 1.44.8: the layer is 12.1 MB zipped, 40.5 MB unzipped, 738 files without them, and
-29.8 MB, 64.3 MB, 2,969 files with them (botocore alone is 21.2 MB unzipped). Bundling would
-multiply by 2.5 the zip that every new execution environment fetches, for one call that is off
-the request path. The cost is that Lambda runs the runtime's boto3, not the lock's.
+Secrets Manager's ``GetSecretValue``, which every boto3 the Python 3.13 runtime has shipped
+supports, and the runtime provides one. Measured with this recipe for Python 3.13 and the lock's
+boto3 1.44.5 and botocore 1.44.8: the layer is 14.4 MB zipped, 49.0 MB unzipped, 1,493 files
+without them, and 32.1 MB, 72.8 MB, 3,711 files with them (botocore alone is 21.2 MB unzipped).
+Bundling would multiply by 2.2 the zip that every new execution environment fetches, for one call
+that is off the request path. The cost is that Lambda runs the runtime's boto3, not the lock's.
 
 Downloaded wheels stay in ``layers/.cache/wheels`` (git-ignored). pip installs from that folder
 alone, offline; only when the cache lacks a wheel does ``pip download`` fetch it first. A warm
@@ -61,8 +61,10 @@ DEFAULT_OUT: Final = ROOT / "layers" / "dist"
 DEFAULT_CACHE: Final = ROOT / "layers" / ".cache"
 LAYERS: Final = ("deps", "core", "extension")
 
-TARGET: Final = {"platform": "manylinux2014_x86_64", "implementation": "cp", "python-version": "3.11"}
-"""Lambda's python3.11 runtime: CPython 3.11 on Amazon Linux 2 (glibc 2.26), x86_64."""
+TARGET: Final = {"platform": "manylinux2014_x86_64", "implementation": "cp", "python-version": "3.13"}
+"""Lambda's python3.13 runtime (``infra.constructs.function.RUNTIME``): CPython 3.13 on Amazon Linux
+2023 (glibc 2.34), x86_64. manylinux2014 (glibc 2.17) wheels run there, and every binary dependency
+of the lock publishes one for CPython 3.13."""
 PLATFORM_ARGS: Final = tuple(arg for key, value in TARGET.items() for arg in (f"--{key}", value))
 RUNTIME_PROVIDED: Final = frozenset({"boto3", "botocore"})
 """Distributions the Lambda runtime already has; see the module docstring for why they stay out."""
@@ -282,10 +284,15 @@ _ZIP_FIELDS: Final = ("file", "sha256", "content_sha256", "zipped_bytes", "unzip
 
 
 def _unchanged(out: Path, rebuilt: set[str]) -> list[Entry]:
-    """The layers of the manifest in ``out`` that are not rebuilt and whose zip has not changed."""
+    """The layers of the manifest in ``out`` that are not rebuilt and whose zip has not changed.
+
+    None when that manifest was built for another :data:`TARGET`: its deps zip holds wheels that
+    the runtime's Python cannot load.
+    """
     try:
-        previous = json.loads((out / "manifest.json").read_text())["layers"]
-    except (OSError, ValueError, KeyError):
+        manifest = json.loads((out / "manifest.json").read_text())
+        previous = manifest["layers"] if manifest.get("target") == TARGET else {}
+    except (OSError, ValueError, KeyError, AttributeError):
         return []
     kept = []
     for name, entry in sorted(previous.items()):

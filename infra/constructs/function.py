@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import Final, TypeVar, cast
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
@@ -28,7 +28,13 @@ from constructs import Construct
 from infra.constructs.storage import construct_id
 from tollway.cloud.resources import FunctionSpec, Grant
 
-__all__ = ["Resources", "TollwayFunction"]
+__all__ = ["ARCHITECTURE", "RUNTIME", "Resources", "TollwayFunction"]
+
+RUNTIME: Final = lambda_.Runtime.PYTHON_3_13
+"""The newest Lambda Python runtime that requires-python admits and every binary dependency has
+wheels for; ``layers.build.TARGET`` builds the dependencies layer for the same version."""
+ARCHITECTURE: Final = lambda_.Architecture.X86_64
+"""x86_64, as the dependencies layer's wheels (``manylinux2014_x86_64``) and the Web Adapter layer."""
 
 _T = TypeVar("_T")
 
@@ -77,7 +83,7 @@ def _lookup(items: Mapping[str, _T], grant: Grant) -> _T:
 
 
 class TollwayFunction(Construct):
-    """``Role``, ``LogGroup`` and ``Function`` for one deployment of a Python 3.11 function on x86_64."""
+    """``Role``, ``LogGroup`` and ``Function`` for one deployment of a function on :data:`RUNTIME`."""
 
     def __init__(
         self,
@@ -118,8 +124,8 @@ class TollwayFunction(Construct):
             "Function",
             function_name=function_name,
             description=description,
-            runtime=lambda_.Runtime.PYTHON_3_11,
-            architecture=lambda_.Architecture.X86_64,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
             handler=handler,
             code=code,
             layers=list(layers),

@@ -17,7 +17,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from infra.assets import REPO_ROOT, LayerZips, stage_function_code
-from infra.constructs.function import Resources, TollwayFunction
+from infra.constructs.function import ARCHITECTURE, RUNTIME, Resources, TollwayFunction
 from infra.constructs.gateway import Gateway, GatewayParameters
 from infra.constructs.storage import QueueWithDlq, bucket, construct_id, table
 from tollway.cloud.resources import Topology
@@ -70,8 +70,8 @@ class TollwayStack(Stack):
                 layer_version_name=f"{topo.prefix}-{name}",
                 description=description,
                 code=lambda_.Code.from_asset(str(path)),
-                compatible_runtimes=[lambda_.Runtime.PYTHON_3_11],
-                compatible_architectures=[lambda_.Architecture.X86_64],
+                compatible_runtimes=[RUNTIME],
+                compatible_architectures=[ARCHITECTURE],
             )
             for name, path, description in (
                 ("deps", inputs.layers.deps, "Tollway's pinned third-party dependencies"),
@@ -87,8 +87,8 @@ class TollwayStack(Stack):
             layer_version_name=f"{topo.prefix}-wal-shipper",
             description="The tollway-wal-shipper Lambda extension (audit WAL to the audit queue)",
             code=lambda_.Code.from_asset(str(inputs.layers.extension)),
-            compatible_runtimes=[lambda_.Runtime.PYTHON_3_11],
-            compatible_architectures=[lambda_.Architecture.X86_64],
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
         )
         gateway_environment = {**environment, **AUDIT_ENVIRONMENT}
 

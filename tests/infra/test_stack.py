@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match
 
+from infra import emulator
 from infra.assets import CONFIG_NAME
+from infra.constructs.function import ARCHITECTURE, RUNTIME
 from infra.constructs.gateway import ADAPTER_ENVIRONMENT, BUFFERED_HANDLER, DEFAULT_ADAPTER_LAYER_ARN
 from infra.stacks.tollway import AUDIT_ENVIRONMENT
+from layers.build import TARGET
 from tests.infra.synth import (
     STAGE,
     Synth,
@@ -138,7 +142,7 @@ def test_streaming_gateway_runs_run_sh_under_the_web_adapter(synth: Synth) -> No
     gateway = synth.topology.gateway
     _, props = function(synth, gateway.name)
     assert props["Handler"] == gateway.handler == "functions/gateway/run.sh"
-    assert props["Runtime"] == "python3.11"
+    assert props["Runtime"] == "python3.13"
     assert props["Architectures"] == ["x86_64"]
     env = {k: resolve(v) for k, v in props["Environment"]["Variables"].items()}
     for key, value in ADAPTER_ENVIRONMENT.items():
@@ -326,7 +330,7 @@ def test_outputs_name_both_urls_and_every_queue_table_and_bucket(synth: Synth) -
         assert {"Ref": bucket_id(synth, bucket)} in values
 
 
-def test_layers_are_python_311_x86_assets_named_by_stage(synth: Synth) -> None:
+def test_layers_are_python_313_x86_assets_named_by_stage(synth: Synth) -> None:
     layers = synth.resources("AWS::Lambda::LayerVersion")
     assert {v["Properties"]["LayerName"] for v in layers.values()} == {
         f"{STAGE}-deps",
@@ -335,5 +339,22 @@ def test_layers_are_python_311_x86_assets_named_by_stage(synth: Synth) -> None:
     }
     synth.template.has_resource_properties(
         "AWS::Lambda::LayerVersion",
-        {"CompatibleRuntimes": ["python3.11"], "CompatibleArchitectures": ["x86_64"], "Content": Match.any_value()},
+        {"CompatibleRuntimes": ["python3.13"], "CompatibleArchitectures": ["x86_64"], "Content": Match.any_value()},
     )
+
+
+def test_the_runtime_is_the_one_the_layers_and_the_local_placeholder_are_built_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert RUNTIME.name == f"python{TARGET['python-version']}"
+    assert TARGET["platform"].endswith(f"_{ARCHITECTURE.name}")
+    published: dict[str, Any] = {}
+
+    class FakeLambda:
+        def publish_layer_version(self, **kwargs: Any) -> dict[str, str]:
+            published.update(kwargs)
+            return {"LayerVersionArn": "arn:aws:lambda:us-east-1:000000000000:layer:placeholder:1"}
+
+    monkeypatch.setattr(emulator, "_client", lambda service: FakeLambda())
+    emulator.publish_adapter_placeholder(STAGE)
+    assert published["CompatibleRuntimes"] == [RUNTIME.name]

@@ -20,7 +20,7 @@ def test_worker_function_is_built_from_its_spec(worker_synth: Synth) -> None:
     assert props["Handler"] == spec.handler
     assert props["MemorySize"] == spec.memory_mb
     assert props["Timeout"] == spec.timeout_s
-    assert props["Runtime"] == "python3.11"
+    assert props["Runtime"] == "python3.13"
     env = {k: resolve(v) for k, v in props["Environment"]["Variables"].items()}
     assert worker_synth.topology.environment(ACCOUNT, REGION).items() <= env.items()
     assert dict(spec.environment).items() <= env.items()

@@ -144,7 +144,7 @@ def test_deploy_creates_both_gateway_deployments_and_every_worker(deployed: Depl
     buffered = aws_lambda.get_function(FunctionName=f"{gateway.name}-buffered")["Configuration"]
     assert streaming["Handler"] == gateway.handler
     assert buffered["Handler"] == "functions.gateway.handler.handler"
-    assert streaming["Runtime"] == buffered["Runtime"] == "python3.11"
+    assert streaming["Runtime"] == buffered["Runtime"] == "python3.13"
     assert streaming["MemorySize"] == gateway.memory_mb
     assert streaming["Environment"]["Variables"]["AWS_LWA_INVOKE_MODE"] == "response_stream"
     for spec in deployed.topology.functions:
