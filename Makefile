@@ -86,7 +86,7 @@ test: lint typecheck pytest
 # tests again (where interpreter differences show: the standard library, asyncio, the wheels), in
 # that interpreter's venv; the tiers with real processes run once, under make test, to keep CI
 # short. Lint and types are left out: ruff and mypy target the oldest version whatever runs them.
-# A test run that collects no test fails (pytest exits with 5). PYTEST_ARGS=tests runs them all.
+# A test run that collects no test fails (pytest exits with 5). NEWEST_TIER=tests runs them all.
 test-newest:
 	@newest=$$($(FIND_PYTHON) $(NEWER_PYTHONS)) || { \
 		echo "test-newest: skipped: no Python newer than $(OLDEST) runs here (looked for $(NEWER_PYTHONS))"; exit 0; }; \
@@ -97,7 +97,7 @@ test-newest:
 
 NEWEST_TIER ?= tests/unit tests/golden tests/functional
 pytest-newest: $(DEV_STAMP)
-	$(BIN)/pytest $(or $(PYTEST_ARGS),$(NEWEST_TIER))
+	$(BIN)/pytest $(NEWEST_TIER) $(PYTEST_ARGS)
 
 # Benchmarks (not part of `make test`): make bench PROFILE=fixed-500 [ARGS="--repeat 3"]
 PROFILE ?= smoke

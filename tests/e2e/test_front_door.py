@@ -287,3 +287,14 @@ def test_the_gateway_still_serves_after_the_abuse(gw: Gateway) -> None:
         health = c.get("/healthz").json()
     assert health["in_flight"] == {"requests": 0, "streams": 0}
     assert health["unauthenticated"] >= 1
+
+
+def test_a_body_in_the_same_read_as_the_headers_does_not_count_as_headers(gw: Gateway) -> None:
+    body = orjson.dumps({"model": "chat-fast-v1", "messages": [{"role": "user", "content": "x" * 50_000}]})
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"authorization: Bearer %s\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+        % (gw.keys["team-a"].encode(), len(body))
+    )
+    status, _, answer = parse_response(raw_exchange(gw, head + body))
+    assert status == 200, answer

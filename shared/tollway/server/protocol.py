@@ -70,7 +70,11 @@ class GatewayProtocol(HttpToolsProtocol):
     _in_head = True
     """Between a request's first byte (or the connection's start) and its complete headers."""
     _head_bytes = 0
-    """Bytes received while the head is incomplete: bounds what the parser may buffer."""
+    """Bytes of reads that ended with the head still incomplete: bounds what the parser may buffer.
+    A read in which a head completes is not counted: it may carry a body, and ``_parsed_bytes``
+    has the exact size of that head."""
+    _heads = 0
+    """Requests begun on this connection, to tell a read that began another one."""
     _parsed_bytes = 0
     """The URL and header lines parsed so far: exact, and it also sees a head that arrived in
     the same read as the previous request's end, which ``_head_bytes`` does not count."""
@@ -88,15 +92,17 @@ class GatewayProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
-        if self._in_head:
+        was_in_head, heads = self._in_head, self._heads
+        super().data_received(data)
+        same_head = heads == self._heads or (heads == 0 and self._heads == 1)  # or the connection's first
+        if was_in_head and self._in_head and same_head and not self._refused:
             self._head_bytes += len(data)
             if self._head_bytes > self.max_header_bytes:
                 self._refuse(_TOO_LARGE_RESPONSE)
-                return
-        super().data_received(data)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._heads += 1
         if not self._in_head:  # the next request on a kept-alive connection
             self._in_head = True
             self._head_bytes = 0
