@@ -177,15 +177,23 @@ def test_lag_while_another_process_has_the_cpu_does_not_shed(tmp_path: Path) -> 
     assert adm.shed_lag == 0
 
 
-def test_a_loop_on_part_of_a_core_sheds_on_its_own_work(tmp_path: Path) -> None:
-    """Overloaded on half a core: its own work queued ahead decides, so it sheds at about twice the wait."""
+def test_a_busy_loop_on_part_of_a_core_sheds_on_the_wait_its_requests_see(tmp_path: Path) -> None:
+    """Busy on half a core (a crowded host): its whole lateness counts, as its requests wait that long."""
     root = compile_root(tmp_path, admission={"maxEventLoopLagMs": 50})
     adm = Admission()
     samples = Samples(adm)
-    samples.feed(5, late_s=0.08, cpu_share=0.5)  # 45 ms of its own work in 90: 35 ms late of its own making
+    samples.feed(5, late_s=0.04, cpu_share=0.5)
     assert admits(adm, root)
-    samples.feed(5, late_s=0.2, cpu_share=0.5)  # 105 ms in 210: 95 ms
+    samples.feed(5, late_s=0.08, cpu_share=0.5)
     assert not admits(adm, root)
+
+
+def test_a_loop_below_the_busy_share_counts_only_its_own_cpu(tmp_path: Path) -> None:
+    """A fifth of a core used while 200 ms late: 32 ms of its own work, under the limit."""
+    root = compile_root(tmp_path, admission={"maxEventLoopLagMs": 50})
+    adm = Admission()
+    Samples(adm).feed(5, late_s=0.2, cpu_share=0.2)
+    assert admits(adm, root)
 
 
 def test_once_sustained_one_late_sample_sheds_again_for_a_second(tmp_path: Path) -> None:
