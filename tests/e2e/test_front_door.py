@@ -298,3 +298,16 @@ def test_a_body_in_the_same_read_as_the_headers_does_not_count_as_headers(gw: Ga
     )
     status, _, answer = parse_response(raw_exchange(gw, head + body))
     assert status == 200, answer
+
+
+def test_chunked_trailers_do_not_count_against_the_header_limits(gw: Gateway) -> None:
+    body = orjson.dumps({"model": "chat-fast-v1", "messages": [{"role": "user", "content": "hi"}]})
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"authorization: Bearer %s\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+        % gw.keys["team-a"].encode()
+    )
+    trailers = b"".join(b"x-t%d: v\r\n" % i for i in range(45))  # more lines than maxRequestHeaders (40)
+    chunked = b"%x\r\n%s\r\n0\r\n%s\r\n" % (len(body), body, trailers)
+    status, _, answer = parse_response(raw_exchange(gw, head + chunked))
+    assert status == 200, answer

@@ -50,12 +50,21 @@ def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
+_GLOBAL_UNICAST_V6 = ipaddress.IPv6Network("2000::/3")
+_EMBEDDED_V4 = tuple(
+    ipaddress.IPv6Network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96", "::ffff:0:0/96", "::ffff:0:0:0/96")
+)
+"""IPv6 forms that carry an IPv4 address in their last 32 bits (NAT64, IPv4-compatible, -mapped,
+-translated): judged by that address, so ``[64:ff9b::a9fe:a9fe]`` is the metadata service."""
+
+
 def _public(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     if isinstance(addr, ipaddress.IPv6Address):
-        mapped = addr.ipv4_mapped or addr.sixtofour
-        if mapped is not None:
-            return _public(mapped)
-        if addr.teredo is not None:
+        if any(addr in net for net in _EMBEDDED_V4):
+            return _public(ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF))
+        if addr.sixtofour is not None:
+            return _public(addr.sixtofour)
+        if addr.teredo is not None or addr not in _GLOBAL_UNICAST_V6:
             return False
     return addr.is_global and not addr.is_multicast
 
@@ -73,6 +82,10 @@ def image_url_error(url: str, policy: str) -> str | None:
         return "must be an http(s) or data:image URL"
     if not lowered.startswith("https://"):
         return "must be an https or data:image URL"
+    authority = url[8:].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if any(c in authority for c in "\\%") or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in authority):
+        # Parsers disagree on these (a WHATWG parser reads "\\" as "/"): refuse rather than guess the host.
+        return "has characters in its host part that parsers read differently"
     try:
         host = urlsplit(url).hostname
     except ValueError:

@@ -251,8 +251,9 @@ async def _finish(
     """The one end of every chat request: settle its reservation, write the access-log line, then
     the audit trail's terminal event when the request was admitted to it (``admitted_at`` is set
     once its first event is in), or a ``request_rejected`` event when an authenticated request was
-    refused before that. A shed for overload is counted by admission instead: shedding must cost
-    less than serving, so it writes nothing."""
+    refused with a 4xx before that. A shed for overload is counted by admission instead: shedding
+    must cost less than serving, so it writes nothing; nor does a 503 from the budget store or the
+    WAL itself."""
     cost: CostRecord | None = None
     if ctx is not None and (ctx.governance is not None or ctx.root.pricing.snapshot is not None):
         last = ctx.attempts[-1].route_id if ctx.attempts else None
@@ -266,7 +267,7 @@ async def _finish(
         await audit.request_finished(
             ctx, status=status, error_code=code, stream=stream, admitted_at=admitted_at, cost=cost, commit=commit
         )
-    elif principal is not None and code is not None and code != "overloaded":
+    elif principal is not None and code is not None and status < 500 and code != "overloaded":
         audit.request_rejected(
             request_id=rid,
             principal=principal,
@@ -498,7 +499,7 @@ class _StreamSession:
                 held += renderer.usage(usage)
             if self._hold_done:
                 self._status = 200
-                await self.close()
+                await asyncio.shield(self.close())  # a disconnect now must not cut the commit short
             yield held + renderer.done
             self._status = 200
         except UpstreamError as exc:

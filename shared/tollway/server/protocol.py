@@ -116,8 +116,9 @@ class GatewayProtocol(HttpToolsProtocol):
         super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_count += 1
-        self._count(len(name) + len(value) + 4)
+        if self._in_head:  # not a chunked body's trailers, which the body's own limit bounds
+            self._header_count += 1
+            self._count(len(name) + len(value) + 4)
         super().on_header(name, value)
 
     def _count(self, size: int) -> None:
@@ -143,6 +144,12 @@ class GatewayProtocol(HttpToolsProtocol):
         if self._refused or self.transport.is_closing():
             return
         self._refused = True
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and cycle.response_started:
+            # A pipelined request's limit tripped while an earlier response is still being sent:
+            # an answer now would land inside that response, so the connection just closes.
+            self.transport.close()
+            return
         self.transport.write(response)
         if self.transport.can_write_eof():
             self.transport.write_eof()

@@ -34,6 +34,16 @@ PRIVATE = [
     "https://metadata.google.internal/computeMetadata/v1/",
     "https://printer.local/a.png",
     "https://intranet/a.png",
+    "https://[64:ff9b::a9fe:a9fe]/",
+    "https://[64:ff9b:1::a9fe:a9fe]/",
+    "https://[::ffff:0:a9fe:a9fe]/",
+    "https://[::7f00:1]/",
+    "https://[fec0::1]/",
+    "https://[100::1]/",
+    "https://127.0.0.1\\@images.example.com/a.png",
+    "https://images.example.com\\@127.0.0.1/a.png",
+    "https://%31%32%37.0.0.1/a.png",
+    "https://127.0.0.1 /a.png",
 ]
 
 
