@@ -170,6 +170,11 @@ def _event(kind: EventKind, request_id: str, attempt: int | None, root_digest: s
     return AuditEvent(uuid7(now), kind, request_id, attempt, now, root_digest, body)
 
 
+def _caller(principal_id: str, tenant: str, team: str | None, key_id: str, alias: str | None) -> dict[str, Any]:
+    """Who sent a request and which alias it named: the same fields on every request-level event."""
+    return {"principalId": principal_id, "tenantId": tenant, "teamId": team, "keyId": key_id, "alias": alias}
+
+
 def request_admitted(
     *,
     request_id: str,
@@ -189,11 +194,7 @@ def request_admitted(
         None,
         root_digest,
         {
-            "principalId": principal_id,
-            "tenantId": tenant,
-            "teamId": team,
-            "keyId": key_id,
-            "alias": alias,
+            **_caller(principal_id, tenant, team, key_id, alias),
             "operation": "chat.completions",
             "stream": stream,
             "contentMode": content_mode,
@@ -308,11 +309,7 @@ def request_finished(
         None,
         root_digest,
         {
-            "principalId": principal_id,
-            "tenantId": tenant,
-            "teamId": team,
-            "keyId": key_id,
-            "alias": alias,
+            **_caller(principal_id, tenant, team, key_id, alias),
             "status": status,
             "outcome": outcome,
             "errorCode": error_code,
@@ -354,11 +351,7 @@ def request_rejected(
         None,
         root_digest,
         {
-            "principalId": principal_id,
-            "tenantId": tenant,
-            "teamId": team,
-            "keyId": key_id,
-            "alias": alias,
+            **_caller(principal_id, tenant, team, key_id, alias),
             "operation": "chat.completions",
             "stream": stream,
             "status": status,
