@@ -8,7 +8,8 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tollway.api.chat_request import parse_body, to_canonical
+from tollway.api.chat_request import _MESSAGE_KEYS as _MESSAGE_FIELDS
+from tollway.api.chat_request import _PROFILE, _SDK_DEFAULTS, parse_body, to_canonical
 from tollway.canonical import CanonicalRequest
 from tollway.exceptions import GatewayError
 from tollway.routing.plan import AliasPlan, RetryPolicy
@@ -35,24 +36,9 @@ json_values = st.recursive(
 )
 
 _PART_KEYS = ["type", "text", "image_url"]
-_MESSAGE_KEYS = ["role", "content", "name", "tool_calls", "tool_call_id", "refusal"]
-_BODY_KEYS = [
-    "temperature",
-    "top_p",
-    "stop",
-    "max_tokens",
-    "max_completion_tokens",
-    "stream",
-    "stream_options",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "response_format",
-    "user",
-    "metadata",
-    "n",
-    "logprobs",
-]
+_MESSAGE_KEYS = sorted(_MESSAGE_FIELDS | {"refusal"})
+_BODY_KEYS = sorted((_PROFILE - {"model", "messages"}) | set(_SDK_DEFAULTS))
+"""The parser's own field tables, so the strategy follows the profile as it grows."""
 
 
 def _shaped(keys: list[str], value: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
