@@ -12,6 +12,7 @@ from tollway.governance.leases import (
     Denial,
     DenyReason,
     LeasePolicy,
+    Limit,
     LocalLedger,
     Reservation,
     Window,
@@ -118,20 +119,31 @@ async def test_a_burst_on_several_counters_makes_one_call_per_counter() -> None:
         assert sorted(store.asked) == sorted([(rpm.key("2026-11-30T00:53"), 100), (budget.key("2026-11-30"), 2_000)])
 
 
+def rival_taking_each_refill(
+    ledger: LocalLedger, limit: Limit, rivals: list[Reservation | Denial], times: int, then: Callable[[], None]
+) -> Callable[[], None]:
+    """A store hook: after each grant a rival takes everything left, ``times`` times, then ``then()``."""
+
+    def rival() -> None:
+        stats = ledger.stats(limit)
+        assert stats is not None
+        rivals.append(ledger.try_reserve(limit, stats.remaining))
+        if len(rivals) == times:
+            then()
+
+    return rival
+
+
 async def test_a_waiter_keeps_waiting_through_refills_that_others_take_first() -> None:
     store = SlowStore()
     rpm = requests_per_minute("tenant:acme", 1_000)
     rivals: list[Reservation | Denial] = []
     async with ledger_on(store) as ledger:
 
-        def rival() -> None:
-            stats = ledger.stats(rpm)
-            assert stats is not None
-            rivals.append(ledger.try_reserve(rpm, stats.remaining))
-            if len(rivals) == 12:
-                store.after_grant = None
+        def stop() -> None:
+            store.after_grant = None
 
-        store.after_grant = rival
+        store.after_grant = rival_taking_each_refill(ledger, rpm, rivals, 12, stop)
         waiter = await ledger.reserve(rpm, 1, timeout=30)
         assert isinstance(waiter, Reservation), waiter
         assert len(rivals) == 12 and all(isinstance(r, Reservation) for r in rivals)
@@ -143,15 +155,8 @@ async def test_a_waiter_gives_up_at_its_deadline_and_not_before() -> None:
     rpm = requests_per_minute("tenant:acme", 1_000)
     rivals: list[Reservation | Denial] = []
     async with ledger_on(store) as ledger:
-
-        def rival() -> None:
-            stats = ledger.stats(rpm)
-            assert stats is not None
-            rivals.append(ledger.try_reserve(rpm, stats.remaining))
-            if len(rivals) == 12:
-                store.gate.clear()  # and then the store stops answering
-
-        store.after_grant = rival
+        # After the 12th refill the store stops answering.
+        store.after_grant = rival_taking_each_refill(ledger, rpm, rivals, 12, store.gate.clear)
         timeout = 0.3
         started = time.monotonic()
         waiter = await ledger.reserve(rpm, 1, timeout=timeout)
