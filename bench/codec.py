@@ -1,4 +1,4 @@
-"""Microbenchmark for the hot-path JSON decision (DESIGN.md §8): request envelope decode.
+"""Microbenchmark for the hot-path JSON decision (one fast parse per request): request envelope decode.
 
 ``python -m bench.codec [--seconds 2]`` parses each bench payload into a typed request three
 ways and prints the median time per parse:

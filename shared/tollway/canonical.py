@@ -5,7 +5,8 @@ provider codec encodes it for its wire format and decodes the answer back into a
 ``CanonicalResponse`` or a stream of ``StreamEvent``. Nothing here knows about HTTP.
 
 Objects are slotted dataclasses: they are built once per request on the hot path, so they
-avoid pydantic's validation cost (DESIGN.md §8) while staying typed.
+avoid pydantic's validation cost (the hot-path rule: one fast parse, no second validation
+pass) while staying typed.
 """
 
 from __future__ import annotations

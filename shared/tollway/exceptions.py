@@ -1,7 +1,8 @@
 """Tollway's one exception hierarchy.
 
 Every error a client can see is a ``GatewayError``: it carries the HTTP status and the
-normalized OpenAI-envelope ``code`` from DESIGN.md §3, and a message that is safe to show
+normalized OpenAI-envelope ``code`` (docs/compatibility.md, *Errors*), and a message that is
+safe to show
 (no provider name, physical model, URL, key id or raw provider body).
 
 ``UpstreamError`` is what a transport or codec reports about one physical attempt. It is

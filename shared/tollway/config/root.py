@@ -1,4 +1,4 @@
-"""The immutable published root (DESIGN.md §4) and the publisher that compiles it.
+"""The immutable published root and the publisher that compiles it.
 
 A request captures ``holder.root`` once at admission and keeps that object to its end.
 ``Publisher.publish`` compiles a validated ``RouterConfig`` into a new root off the request

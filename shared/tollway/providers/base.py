@@ -1,4 +1,4 @@
-"""The codec interface every provider format implements (CONVENTIONS.md, *Codecs are pure*)."""
+"""The codec interface every provider format implements: pure, no I/O, no logging, no clock."""
 
 from __future__ import annotations
 
