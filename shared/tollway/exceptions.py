@@ -2,8 +2,7 @@
 
 Every error a client can see is a ``GatewayError``: it carries the HTTP status and the
 normalized OpenAI-envelope ``code`` (docs/compatibility.md, *Errors*), and a message that is
-safe to show
-(no provider name, physical model, URL, key id or raw provider body).
+safe to show (no provider name, physical model, URL, key id or raw provider body).
 
 ``UpstreamError`` is what a transport or codec reports about one physical attempt. It is
 typed by ``category`` so the retry coordinator decides without string heuristics, and it is
