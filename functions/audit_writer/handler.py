@@ -23,7 +23,6 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 
-from tollway.audit.consumer import SqsHandler, sqs_merged_batch_handler
 from tollway.audit.events import AuditEvent
 from tollway.audit.messages import MalformedMessage, decode_message
 from tollway.audit.store import (
@@ -34,6 +33,7 @@ from tollway.audit.store import (
     MalformedEvent,
     StoreSettings,
 )
+from tollway.sqs_batch import SqsHandler, sqs_merged_batch_handler
 
 __all__ = ["SqsHandler", "StoreFactory", "build_handler", "default_store", "handler"]
 

@@ -20,7 +20,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tollway.audit.consumer import SqsHandler, sqs_batch_handler
 from tollway.audit.messages import MalformedMessage, decode_message
 from tollway.metering import (
     ApplyResult,
@@ -31,6 +30,7 @@ from tollway.metering import (
     UsageLedgerUnavailable,
     usage_record,
 )
+from tollway.sqs_batch import SqsHandler, sqs_batch_handler
 
 __all__ = ["LedgerFactory", "MessageResult", "SqsHandler", "build_handler", "default_ledger", "handler"]
 

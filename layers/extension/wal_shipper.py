@@ -16,7 +16,7 @@ It registers with the Extensions API for ``INVOKE`` and ``SHUTDOWN`` and then lo
 - ``SHUTDOWN``: a last drain within the shutdown deadline, then exit 0.
 
 The function appends to ``$TOLLWAY_AUDIT_WAL_DIR/env-<id>``, one directory per execution
-environment (``tollway.audit.wal_dirs``: the id is kept in the environment's ``/tmp``, which the
+environment (``tollway.audit.wal.dirs``: the id is kept in the environment's ``/tmp``, which the
 function and the extension share); the extension ships that directory. Records stay in the WAL
 until the sink accepted them, so a failed drain loses nothing while the volume lives: ``/tmp``
 lives as long as the execution environment, an EFS path beyond it. On EFS, where every
@@ -49,9 +49,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final, Literal, cast
 
-from tollway.audit.shipper import Shipper
-from tollway.audit.sinks import AuditSink, KafkaSink, SinkUnavailable, SqsSink, UsageFanOut
-from tollway.audit.wal_dirs import ORPHAN_IDLE_S, ORPHAN_RETIRE_S, ShipLock, lambda_directory_name, ship_orphans
+from tollway.audit.ship.shipper import Shipper
+from tollway.audit.ship.sinks import AuditSink, KafkaSink, SinkUnavailable, SqsSink, UsageFanOut
+from tollway.audit.wal.dirs import ORPHAN_IDLE_S, ORPHAN_RETIRE_S, ShipLock, lambda_directory_name, ship_orphans
 
 __all__ = [
     "EXTENSION_NAME",
@@ -236,7 +236,7 @@ def _seconds(env: Mapping[str, str], name: str, default: float, problems: list[s
 class WalDrainer:
     """Ships this environment's WAL directory and, now and then, adopts orphans under the same root.
 
-    ``own`` is the directory the function writes (``env-<id>``, :mod:`tollway.audit.wal_dirs`). The
+    ``own`` is the directory the function writes (``env-<id>``, :mod:`tollway.audit.wal.dirs`). The
     extension holds its ``ship.lock`` from the first drain on, so no other environment's extension
     adopts it while this one lives. Other directories under ``base`` are adopted only when nobody
     writes or ships them and they have been idle for ``orphan_idle_s`` (an environment reclaimed

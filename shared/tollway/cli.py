@@ -45,7 +45,7 @@ log = logging.getLogger("tollway.cli")
 GRACEFUL_SHUTDOWN_S: Final = 10
 """How long in-flight requests (streams too) get to finish once the gateway is told to stop."""
 _SHIPPER_STOP_S: Final = 15.0
-"""The ship process bounds its last drain at 10 s (``tollway.audit.ship_process``)."""
+"""The ship process bounds its last drain at 10 s (``tollway.audit.ship.process``)."""
 _CLOUD_STOP_S: Final = 40.0
 """The local cloud's runner drains for at most 10 s and finishes its batches within 10 s more,
 then moto server gets up to 10 s: see ``tollway.cloud.__main__``."""
@@ -217,7 +217,7 @@ def _start_audit_shipper(config_path: str, workers: int) -> subprocess.Popen[byt
         [
             sys.executable,
             "-m",
-            "tollway.audit.ship_process",
+            "tollway.audit.ship.process",
             "--config",
             config_path,
             "--workers",

@@ -35,7 +35,7 @@ translated into a client-facing ``GatewayError`` only at the end of the attempt 
     │   ├── BudgetUnavailable            503 budget_unavailable (hard limits fail closed)
     │   └── DeadlineExceeded             504 deadline_exceeded
     ├── UpstreamError                    one attempt failed; typed by UpstreamCategory
-    ├── SinkUnavailable                  the audit shipper's queue or topic refused a batch (tollway.audit.sinks)
+    ├── SinkUnavailable                  the audit shipper's queue or topic refused a batch (tollway.audit.ship.sinks)
     ├── LeaseStoreUnavailable            the quota-leases store failed (tollway.governance.lease_stores)
     └── PricingError                     a pricing source or snapshot is bad or unreadable (tollway.pricing)
 """

@@ -21,7 +21,7 @@ from tests.e2e.conftest import PROVIDER_KEY_ENV, build_config
 from tests.support.kafka import KafkaBroker, create_topic, kafka_broker
 from tests.support.processes import Proc, new_key, start_gateway
 from tollway.audit.messages import decode_message
-from tollway.audit.sinks import KafkaAuditConsumer
+from tollway.audit.ship.sinks import KafkaAuditConsumer
 from tollway.audit.store import MemoryAuditStore
 
 pytestmark = [

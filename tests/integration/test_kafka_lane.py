@@ -25,8 +25,8 @@ import yaml
 from tests.support.audit_events import request_events
 from tests.support.kafka import create_topic, kafka_broker
 from tests.support.threads import idle_threads
-from tollway.audit.shipper import Shipper
-from tollway.audit.sinks import KafkaAuditConsumer, KafkaSink, SinkUnavailable
+from tollway.audit.ship.shipper import Shipper
+from tollway.audit.ship.sinks import KafkaAuditConsumer, KafkaSink, SinkUnavailable
 from tollway.audit.wal import WalLimits, WalReader, WalWriter
 from tollway.cloud.local import free_port
 
@@ -144,7 +144,7 @@ def test_the_ship_process_builds_its_producer_off_the_idle_thread(tmp_path: Path
         sink = {"type": "kafka", "bootstrapServers": broker.bootstrap, "topic": topic}
         config.write_text(yaml.safe_dump({"audit": {"spool": {"path": str(spool)}, "sink": sink}}))
         shipper = subprocess.Popen(
-            [sys.executable, "-m", "tollway.audit.ship_process", "--config", str(config), "--parent", str(os.getpid())],
+            [sys.executable, "-m", "tollway.audit.ship.process", "--config", str(config), "--parent", str(os.getpid())],
             stderr=subprocess.DEVNULL,
         )
         try:

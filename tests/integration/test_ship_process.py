@@ -97,7 +97,7 @@ def _wait(predicate, timeout_s: float = 15.0) -> bool:  # type: ignore[no-untype
 
 def _ship(config: Path, env: dict[str, str], parent: int, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tollway.audit.ship_process", "--config", str(config), "--parent", str(parent), *extra],
+        [sys.executable, "-m", "tollway.audit.ship.process", "--config", str(config), "--parent", str(parent), *extra],
         env=env,
         stderr=subprocess.DEVNULL,
     )

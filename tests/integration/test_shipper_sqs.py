@@ -26,10 +26,10 @@ import boto3
 import pytest
 
 from tests.support.audit_events import request_events
-from tollway.audit.shipper import Shipper
-from tollway.audit.sinks import SqsSink
+from tollway.audit.ship.shipper import Shipper
+from tollway.audit.ship.sinks import SqsSink
 from tollway.audit.wal import WalLimits, WalReader, WalWriter
-from tollway.audit.wal_dirs import lambda_directory_name
+from tollway.audit.wal.dirs import lambda_directory_name
 from tollway.cloud.local import LocalCloud
 from tollway.cloud.resources import topology
 

@@ -7,7 +7,7 @@ UTF-8 JSON, 1 to 64 events in WAL order; each event object is exactly what
 :func:`tollway.audit.events.decode_event`. A message is the unit of failure: one bad event fails
 its whole message, which is retried and, past the queue's maxReceiveCount, dead-lettered intact.
 
-The shipper writes the envelope with the standard library (``tollway.audit.sinks``: the Lambda
+The shipper writes the envelope with the standard library (``tollway.audit.ship.sinks``: the Lambda
 extension has nothing else); the consumers read it here, in the core layer both functions share.
 """
 

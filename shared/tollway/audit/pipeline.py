@@ -2,7 +2,7 @@
 
 The WAL directory is ``<spool.path>/worker-<N>`` in server mode (``N`` is ``$TOLLWAY_WORKER_INDEX``,
 set by ``tollway serve`` for each worker; 0 for a single process) and ``env-<id>`` on Lambda, one per
-execution environment (:mod:`tollway.audit.wal_dirs`): one single-writer WAL per process, and the
+execution environment (:mod:`tollway.audit.wal.dirs`): one single-writer WAL per process, and the
 same directory again after a restart, so recovery replays what the previous process appended but
 never shipped. ``$TOLLWAY_AUDIT_WAL_DIR`` overrides ``spool.path`` (Lambda sets it to a ``/tmp`` or
 EFS path; the WAL-shipper extension reads the same variable).
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from tollway.audit.recorder import AuditRecorder
 
 if TYPE_CHECKING:
-    from tollway.audit.shipper import Shipper
+    from tollway.audit.ship.shipper import Shipper
     from tollway.audit.wal import WalWriter
     from tollway.config.schema import AuditConfig
 
@@ -54,14 +54,14 @@ def wal_root(cfg: AuditConfig) -> Path:
 
 
 def wal_directory(cfg: AuditConfig) -> Path:
-    from tollway.audit.wal_dirs import wal_directory_name
+    from tollway.audit.wal.dirs import wal_directory_name
 
     return wal_root(cfg) / wal_directory_name(os.environ)
 
 
 def external_shipper() -> bool:
     """True when another process ships this process's WAL: the Lambda extension, or the
-    ``tollway.audit.ship_process`` that ``tollway serve`` starts (``TOLLWAY_AUDIT_SHIPPER=external``)."""
+    ``tollway.audit.ship.process`` that ``tollway serve`` starts (``TOLLWAY_AUDIT_SHIPPER=external``)."""
     return bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME")) or os.environ.get("TOLLWAY_AUDIT_SHIPPER") == "external"
 
 
@@ -154,7 +154,7 @@ def build_sink(cfg: AuditConfig) -> Any:
     With SQS, ``request_finished`` events also go to the usage queue (``sink.usageQueueName`` or
     ``$TOLLWAY_QUEUE_USAGE``) when one is named, for the usage reconciler.
     """
-    from tollway.audit.sinks import KafkaSink, SqsSink, UsageFanOut
+    from tollway.audit.ship.sinks import KafkaSink, SqsSink, UsageFanOut
 
     sink_cfg = cfg.sink
     if sink_cfg.type == "sqs":
@@ -172,7 +172,7 @@ def build_sink(cfg: AuditConfig) -> Any:
 
 
 def _shipper(cfg: AuditConfig, directory: Path) -> Shipper:
-    from tollway.audit.shipper import Shipper
+    from tollway.audit.ship.shipper import Shipper
     from tollway.audit.wal import WalReader
 
     return Shipper(

@@ -12,10 +12,10 @@ from typing import Any, cast
 
 import pytest
 
-from tollway.audit import ship_process
-from tollway.audit.ship_process import _Directory, _IdleThread, _Passes
-from tollway.audit.shipper import Shipper
-from tollway.audit.sinks import SinkUnavailable
+from tollway.audit.ship import process as ship_process
+from tollway.audit.ship.process import _Directory, _IdleThread, _Passes
+from tollway.audit.ship.shipper import Shipper
+from tollway.audit.ship.sinks import SinkUnavailable
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is a Linux policy")
 

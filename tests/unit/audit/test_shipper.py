@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tollway.audit.shipper import Shipper
-from tollway.audit.sinks import MAX_MESSAGE_BYTES, MAX_MESSAGE_EVENTS, SinkUnavailable
+from tollway.audit.ship.shipper import Shipper
+from tollway.audit.ship.sinks import MAX_MESSAGE_BYTES, MAX_MESSAGE_EVENTS, SinkUnavailable
 
 
 @dataclass(frozen=True)

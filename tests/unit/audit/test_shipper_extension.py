@@ -20,9 +20,9 @@ import pytest
 
 from layers.extension import EXTENSION_NAME, layer_files, wal_shipper
 from layers.extension.wal_shipper import ExtensionsApi, ExtensionSettings, WalDrainer, event_deadline, run
-from tollway.audit.sinks import KafkaSink, SinkUnavailable, SqsSink
+from tollway.audit.ship.sinks import KafkaSink, SinkUnavailable, SqsSink
 from tollway.audit.wal import WalLimits, WalReader, WalWriter
-from tollway.audit.wal_dirs import lambda_directory_name
+from tollway.audit.wal.dirs import lambda_directory_name
 
 ROOT = Path(__file__).resolve().parents[3]
 LIMITS = WalLimits(max_bytes=4 << 20, segment_bytes=256 << 10, max_record_bytes=64 << 10)

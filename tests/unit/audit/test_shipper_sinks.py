@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from tollway.audit.shipper import _messages
-from tollway.audit.sinks import SQS_BATCH_BYTES, SinkUnavailable, SqsSink, _first_request_id
+from tollway.audit.ship.shipper import _messages
+from tollway.audit.ship.sinks import SQS_BATCH_BYTES, SinkUnavailable, SqsSink
+from tollway.audit.ship.sinks.kafka import _first_request_id
 
 
 @dataclass
@@ -116,7 +117,7 @@ def test_kafka_checksums_run_in_c_and_a_pure_python_fallback_is_reported_once(
     """The project installs kafka-python[crc32c]; without it every Kafka send costs 6x the CPU."""
     from kafka.record import util
 
-    from tollway.audit import sinks
+    from tollway.audit.ship.sinks import kafka as sinks
 
     assert util.crc32c_c is not None, "crc32c is not installed: kafka-python checksums in pure Python"
     monkeypatch.setattr(sinks, "_crc32c_checked", False)

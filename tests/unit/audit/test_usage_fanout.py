@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tollway.audit import shipper
-from tollway.audit.sinks import SinkUnavailable, UsageFanOut, usage_messages
+from tollway.audit.ship import shipper
+from tollway.audit.ship.sinks import SinkUnavailable, UsageFanOut, usage_messages
 from tollway.audit.wal import WalRecord
 
 

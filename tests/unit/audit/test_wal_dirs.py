@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tollway.audit import wal_dirs
 from tollway.audit.wal import WalLimits, WalWriter
-from tollway.audit.wal_dirs import (
+from tollway.audit.wal import dirs as wal_dirs
+from tollway.audit.wal.dirs import (
     ENVIRONMENT_ID_FILE,
     ShipLock,
     claim_orphan,
@@ -21,7 +21,7 @@ from tollway.audit.wal_dirs import (
     wal_directories,
     wal_directory_name,
 )
-from tollway.audit.wal_format import WalCorrupt
+from tollway.audit.wal.format import WalCorrupt
 
 LIMITS = WalLimits(max_bytes=4 << 20, segment_bytes=256 << 10, max_record_bytes=64 << 10)
 

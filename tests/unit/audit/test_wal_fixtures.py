@@ -19,7 +19,7 @@ import pytest
 from tests.unit.audit.test_wal_fs import SMALL, FaultFs, open_writer, segment_files
 from tollway.audit.events import EVENT_KINDS, decode_event
 from tollway.audit.wal import WalCorrupt, WalReader, WalWriter
-from tollway.audit.wal_format import encode_header, encode_record, segment_name
+from tollway.audit.wal.format import encode_header, encode_record, segment_name
 
 FIXTURES = Path(__file__).parent / "fixtures" / "wal"
 SEGMENT = segment_name(1)

@@ -16,7 +16,7 @@ import pytest
 
 from tests.unit.audit.test_wal_fs import SMALL, fill_until_full, open_writer, segment_files, wait_until
 from tollway.audit.wal import WalCorrupt, WalFull, WalLimits, WalReader, WalWriter
-from tollway.audit.wal_format import decode_header, encode_header, encode_record, header_prefix_is_torn
+from tollway.audit.wal.format import decode_header, encode_header, encode_record, header_prefix_is_torn
 
 HEADER_FIXED = 36  # magic 8, version 2, uuid 16, created-at 8, id length 2
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tollway.audit.wal import OsFileSystem, WalFull, WalLimits, WalReader, WalWriter
-from tollway.audit.wal_fs import OpenMode
+from tollway.audit.wal.fs import OpenMode
 
 GATE_TIMEOUT_S = 10.0
 SMALL = WalLimits(

@@ -17,7 +17,7 @@ from tests.unit.audit.test_wal_fs import (
     segment_files,
 )
 from tollway.audit.wal import WalReader, WalWriter
-from tollway.audit.wal_format import segment_first_sequence
+from tollway.audit.wal.format import segment_first_sequence
 
 
 def first_sequence(path: Path) -> int:

@@ -35,11 +35,11 @@ Modules: ``plan`` (events → item writes, no I/O), ``views`` (items → records
 ``dynamodb`` (the two backends of :class:`AuditStore`), ``layout``, ``settings``, ``errors``.
 """
 
+from tollway.audit.store.base import MAX_LIST_LIMIT, ApplyResult, AuditStore
 from tollway.audit.store.dynamodb import DynamoDBAuditStore
 from tollway.audit.store.errors import AuditStoreError, MalformedEvent
 from tollway.audit.store.layout import iso_ts
 from tollway.audit.store.memory import MemoryAuditStore
-from tollway.audit.store.protocol import MAX_LIST_LIMIT, ApplyResult, AuditStore
 from tollway.audit.store.settings import DEFAULT_RETENTION_DAYS, DEFAULT_WRITE_CONCURRENCY, StoreSettings
 from tollway.audit.store.views import AttemptView, RequestRecord, RequestView
 

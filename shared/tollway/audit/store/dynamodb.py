@@ -40,10 +40,10 @@ from decimal import Decimal
 from typing import Any, Final
 
 from tollway.audit.events import AuditEvent
+from tollway.audit.store.base import ApplyResult, check_limit
 from tollway.audit.store.errors import AuditStoreError, MalformedEvent
 from tollway.audit.store.layout import EVENT_IDS, PRINCIPAL_INDEX, REQUEST_PK_PREFIX, REQUEST_SK, iso_ts
 from tollway.audit.store.plan import EventWrite, ItemWrite, WriteOutcome, merge, plan_batch
-from tollway.audit.store.protocol import ApplyResult, check_limit
 from tollway.audit.store.settings import StoreSettings
 from tollway.audit.store.views import RequestRecord, RequestView, request_record, request_view
 from tollway.exceptions import aws_error_code

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from tollway.audit.events import AuditEvent
+from tollway.audit.store.base import ApplyResult, check_limit
 from tollway.audit.store.layout import EVENT_IDS, REQUEST_PK_PREFIX, REQUEST_SK, iso_ts
 from tollway.audit.store.plan import ItemWrite, WriteOutcome, merge, plan_batch
-from tollway.audit.store.protocol import ApplyResult, check_limit
 from tollway.audit.store.settings import DEFAULT_RETENTION_DAYS
 from tollway.audit.store.views import RequestRecord, RequestView, request_record, request_view
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tollway.audit.events import KNOWN_KINDS, AuditEvent
+from tollway.audit.store.base import ApplyResult
 from tollway.audit.store.errors import MalformedEvent
 from tollway.audit.store.layout import (
     ATTEMPT_SK_PREFIX,
@@ -26,7 +27,6 @@ from tollway.audit.store.layout import (
     REQUEST_SK,
     iso_ts,
 )
-from tollway.audit.store.protocol import ApplyResult
 
 __all__ = ["BatchPlan", "EventWrite", "ItemWrite", "WriteOutcome", "merge", "plan_batch", "plan_event"]
 

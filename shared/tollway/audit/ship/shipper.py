@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
-from tollway.audit.sinks import (
+from tollway.audit.ship.sinks import (
     MAX_MESSAGE_BYTES,
     MAX_MESSAGE_EVENTS,
     MESSAGE_HEAD,
@@ -189,7 +189,7 @@ class Shipper:
         whole and then acknowledged. Records appended while a drain sends are left to the next
         drain: chasing them made one call per few records (measured: 63 events a call at 500 RPS,
         against 512, and 3-4x the ship process's CPU). Raises
-        :class:`~tollway.audit.sinks.SinkUnavailable` (nothing of that read acknowledged; earlier
+        :class:`~tollway.audit.ship.sinks.SinkUnavailable` (nothing of that read acknowledged; earlier
         reads of this drain stay acknowledged) or the reader's ``WalError``.
         """
         with self._lock:

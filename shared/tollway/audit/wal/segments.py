@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
-from tollway.audit.wal_format import (
+from tollway.audit.wal.format import (
     ACK_FILE,
     CHECKPOINT_BYTES,
     MAX_HEADER_BYTES,
@@ -29,7 +29,7 @@ from tollway.audit.wal_format import (
     parse_records,
     segment_first_sequence,
 )
-from tollway.audit.wal_fs import WalFileSystem
+from tollway.audit.wal.fs import WalFileSystem
 
 __all__ = [
     "LiveWriter",

@@ -103,40 +103,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from tollway.audit.wal_format import (
+from tollway.audit.wal.format import (
     FORMAT_MAX_RECORD_BYTES,
     LOCK_FILE,
     MAX_HEADER_BYTES,
     RECORD_OVERHEAD,
     WalCommitTimeout,
-    WalCorrupt,
-    WalError,
     WalFull,
     WalUnavailable,
     encode_header,
     encode_record,
     segment_name,
 )
-from tollway.audit.wal_fs import OsFileSystem, WalFileSystem
-from tollway.audit.wal_reader import WalReader, WalRecord
-from tollway.audit.wal_recovery import RecoveryReport, recover
-from tollway.audit.wal_segments import list_segments, register_writer, unregister_writer, write_all
+from tollway.audit.wal.fs import OsFileSystem, WalFileSystem
+from tollway.audit.wal.recovery import RecoveryReport, recover
+from tollway.audit.wal.segments import list_segments, register_writer, unregister_writer, write_all
 
-__all__ = [
-    "COMMIT_WAIT_BUCKETS_S",
-    "OsFileSystem",
-    "RecoveryReport",
-    "WalCommitTimeout",
-    "WalCorrupt",
-    "WalError",
-    "WalFileSystem",
-    "WalFull",
-    "WalLimits",
-    "WalReader",
-    "WalRecord",
-    "WalUnavailable",
-    "WalWriter",
-]
+__all__ = ["COMMIT_WAIT_BUCKETS_S", "WalLimits", "WalWriter"]
 
 log = logging.getLogger("tollway.audit")
 

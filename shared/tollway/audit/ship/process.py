@@ -1,4 +1,4 @@
-"""Server mode's audit shipper, as its own process: ``python -m tollway.audit.ship_process``.
+"""Server mode's audit shipper, as its own process: ``python -m tollway.audit.ship.process``.
 
 ``tollway serve`` (and ``tollway up``) start one next to the gateway's workers when the audit trail
 is on. It drains every ``worker-<N>`` WAL under the spool directory into the sink, the way the
@@ -10,7 +10,7 @@ gateway 0.58 ms (SQS) to 1.3 ms (Kafka) of CPU per request at 500 RPS (docs/benc
   after a crash) never interleave acknowledgements; a locked directory is skipped and retried.
 - Orphans: once a minute it also adopts any other WAL directory under the root that no process
   writes or ships (a ``worker-<N>`` that a smaller ``--workers`` no longer starts), ships what it
-  holds, for at most 2 s a pass, and deletes it a day later (:mod:`tollway.audit.wal_dirs`).
+  holds, for at most 2 s a pass, and deletes it a day later (:mod:`tollway.audit.wal.dirs`).
 - Parent death: when the gateway process (``--parent``, default the one that started it) is gone,
   it drains once more and exits, so a killed gateway leaves no shipper behind.
 - SIGTERM / SIGINT: a last drain within ``--stop-timeout``, then exit 0.
@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from tollway.audit.pipeline import build_sink, wal_root
-from tollway.audit.shipper import Shipper
-from tollway.audit.sinks import KafkaSink, SinkUnavailable
+from tollway.audit.ship.shipper import Shipper
+from tollway.audit.ship.sinks import KafkaSink, SinkUnavailable
 from tollway.audit.wal import WalError, WalReader
-from tollway.audit.wal_dirs import ORPHAN_IDLE_S, ORPHAN_RETIRE_S, ShipLock, ship_orphans
+from tollway.audit.wal.dirs import ORPHAN_IDLE_S, ORPHAN_RETIRE_S, ShipLock, ship_orphans
 
 __all__ = ["main"]
 
@@ -368,7 +368,7 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tollway.audit.ship_process", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tollway.audit.ship.process", description=__doc__.split("\n")[0])
     parser.add_argument("--config", required=True, type=Path)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--parent", type=int, default=None, help="exit when this process is gone (default: ours)")

@@ -18,8 +18,8 @@ orphans (:func:`claim_orphan`), so those records are delivered too:
    and its ``wal.lock`` are free. A live shipper holds the first and a live writer the second, for
    as long as they run; the adopter holds both until it lets go;
 2. recover: the writer's own recovery (a torn tail is cut; corruption in the middle is left for an
-   operator, :class:`~tollway.audit.wal_format.WalCorrupt`);
-3. drain with a :class:`~tollway.audit.shipper.Shipper`, for at most ``ORPHAN_PASS_S`` a pass (the
+   operator, :class:`~tollway.audit.wal.format.WalCorrupt`);
+3. drain with a :class:`~tollway.audit.ship.shipper.Shipper`, for at most ``ORPHAN_PASS_S`` a pass (the
    next pass resumes from the checkpoint), then :meth:`OrphanWal.retire`: once the checkpoint
    covers the last record *and* the directory has been idle for ``ORPHAN_RETIRE_S`` (a day), its
    WAL files and the directory are deleted. Shipping early and deleting late: on EFS a frozen
@@ -48,12 +48,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Final
 
-from tollway.audit.shipper import Shipper
-from tollway.audit.sinks import AuditSink, SinkUnavailable
-from tollway.audit.wal_format import LOCK_FILE, WalError
-from tollway.audit.wal_fs import OsFileSystem, WalFileSystem
-from tollway.audit.wal_reader import WalReader
-from tollway.audit.wal_recovery import recover
+from tollway.audit.ship.shipper import Shipper
+from tollway.audit.ship.sinks import AuditSink, SinkUnavailable
+from tollway.audit.wal.format import LOCK_FILE, WalError
+from tollway.audit.wal.fs import OsFileSystem, WalFileSystem
+from tollway.audit.wal.reader import WalReader
+from tollway.audit.wal.recovery import recover
 
 __all__ = [
     "ENVIRONMENT_ID_FILE",
@@ -269,7 +269,7 @@ def claim_orphan(
 ) -> OrphanWal | None:
     """Adopt ``path`` if nobody writes or ships it (see the module docstring); ``None`` otherwise.
 
-    Raises :class:`~tollway.audit.wal_format.WalCorrupt` (locks released) when recovery finds
+    Raises :class:`~tollway.audit.wal.format.WalCorrupt` (locks released) when recovery finds
     damage it must not repair.
     """
     fs = fs or OsFileSystem()
@@ -319,7 +319,7 @@ def ship_orphans(
 
     Stops after ``budget_s`` or at the ``time.monotonic()`` ``deadline``, whichever comes first
     (an orphan not drained by then is let go, and the next pass resumes from its checkpoint), and
-    at the first sink failure, which it raises (:class:`~tollway.audit.sinks.SinkUnavailable`).
+    at the first sink failure, which it raises (:class:`~tollway.audit.ship.sinks.SinkUnavailable`).
     Any other failure with one orphan (damage, a file it cannot read or delete) is logged and
     that orphan left alone.
 

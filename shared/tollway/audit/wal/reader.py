@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from tollway.audit.wal_format import ACK_FILE, WalCorrupt, WalUnavailable, encode_checkpoint
-from tollway.audit.wal_fs import OsFileSystem, WalFileSystem
-from tollway.audit.wal_segments import (
+from tollway.audit.wal.format import ACK_FILE, WalCorrupt, WalUnavailable, encode_checkpoint
+from tollway.audit.wal.fs import OsFileSystem, WalFileSystem
+from tollway.audit.wal.segments import (
     Resume,
     ScanLimits,
     list_segments,

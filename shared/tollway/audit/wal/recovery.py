@@ -1,7 +1,7 @@
 """WAL recovery at open: verify every segment, repair only a torn tail, find where sequences continue.
 
 The one repair allowed is cutting the unfinished end of the last write off the newest segment
-(:func:`tollway.audit.wal_segments.scan_segment` decides what counts as one). A newest segment
+(:func:`tollway.audit.wal.segments.scan_segment` decides what counts as one). A newest segment
 left with no record at all is removed, so the writer's new segment can take its name. Everything
 else that fails verification is :class:`WalCorrupt`: an operator must look, because guessing
 record boundaries could ship garbage or drop events silently.
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tollway.audit.wal_format import WalCorrupt
-from tollway.audit.wal_fs import WalFileSystem
-from tollway.audit.wal_segments import ScanLimits, list_segments, read_checkpoint, scan_segment
+from tollway.audit.wal.format import WalCorrupt
+from tollway.audit.wal.fs import WalFileSystem
+from tollway.audit.wal.segments import ScanLimits, list_segments, read_checkpoint, scan_segment
 
 __all__ = ["RecoveryReport", "recover"]
 
