@@ -16,7 +16,10 @@ translated into a client-facing ``GatewayError`` only at the end of the attempt 
     │   ├── InvalidRequest               400 invalid_request
     │   │   ├── UnsupportedParameter     400 unsupported_parameter
     │   │   ├── ContextLengthExceeded    400 context_length_exceeded
-    │   │   └── ContentFiltered          400 content_filter (a provider's safety or policy refusal)
+    │   │   ├── ContentFiltered          400 content_filter (a provider's safety or policy refusal)
+    │   │   ├── NotFound                 404 not_found (no such path)
+    │   │   ├── MethodNotAllowed         405 method_not_allowed
+    │   │   └── RequestTimeout           408 request_timeout (the body did not arrive in time)
     │   ├── AuthenticationFailed         401 authentication_error
     │   ├── PermissionDenied             403 permission_denied
     │   ├── ModelNotFound                404 model_not_found
@@ -30,14 +33,29 @@ translated into a client-facing ``GatewayError`` only at the end of the attempt 
     │   │       ├── StreamStalled        upstream_stream_stalled (the provider went silent)
     │   │       └── StreamMalformed      upstream_stream_malformed (events that cannot be decoded)
     │   ├── ModelUnavailable             503 model_unavailable
-    │   ├── Overloaded                   503 overloaded
+    │   │   └── UsageUnavailable         503 usage_unavailable (no usage ledger, or it cannot be read)
+    │   ├── Overloaded                   503 overloaded (or admission.overloadStatus)
     │   ├── AuditUnavailable             503 audit_unavailable
     │   ├── BudgetUnavailable            503 budget_unavailable (hard limits fail closed)
     │   └── DeadlineExceeded             504 deadline_exceeded
     ├── UpstreamError                    one attempt failed; typed by UpstreamCategory
     ├── SinkUnavailable                  the audit shipper's queue or topic refused a batch (tollway.audit.ship.sinks)
-    ├── LeaseStoreUnavailable            the quota-leases store failed (tollway.governance.lease_stores)
-    └── PricingError                     a pricing source or snapshot is bad or unreadable (tollway.pricing)
+    ├── SseFrameTooLarge                 one SSE event over the parser's limit (tollway.sse)
+    ├── LeaseStoreUnavailable            the quota-leases store failed (tollway.governance.store)
+    ├── PricingError                     a pricing source or snapshot is bad or unreadable (tollway.pricing)
+    ├── MeteringError                    a usage event, query or ledger failed (tollway.metering.exceptions)
+    ├── WalError                         the audit WAL is full, dead, slow or corrupt (tollway.audit.wal.format)
+    ├── AuditStoreError                  the audit store could not be read or written (tollway.audit.store.errors)
+    ├── MalformedEvent                   an audit event the store cannot place (tollway.audit.store.errors)
+    ├── MalformedMessage                 an audit or usage queue message that does not decode (tollway.audit.messages)
+    ├── BootstrapError                   a local-cloud resource could not be converged (tollway.cloud.bootstrap)
+    ├── RunnerError                      a local event-source mapping cannot be set up (tollway.cloud.runner)
+    └── LocalCloudError                  the embedded local cloud did not start (tollway.cloud.local)
+
+Errors that are also a standard ``ValueError`` or ``RuntimeError`` keep that base too, so an
+``except ValueError`` written before the tree existed still catches them. Which attempts are
+retried is not an exception's property: ``tollway.routing.retry`` decides, from the category
+and the status.
 """
 
 from __future__ import annotations
@@ -46,7 +64,6 @@ import enum
 from dataclasses import dataclass
 
 __all__ = [
-    "RETRYABLE_CATEGORIES",
     "AuditUnavailable",
     "AuthenticationFailed",
     "BudgetExceeded",
@@ -58,12 +75,15 @@ __all__ = [
     "DeadlineExceeded",
     "GatewayError",
     "InvalidRequest",
+    "MethodNotAllowed",
     "ModelNotFound",
     "ModelUnavailable",
+    "NotFound",
     "Overloaded",
     "PermissionDenied",
     "ProviderFailed",
     "RateLimited",
+    "RequestTimeout",
     "RequestTooLarge",
     "StreamCut",
     "StreamInterrupted",
@@ -74,6 +94,7 @@ __all__ = [
     "UnsupportedParameter",
     "UpstreamCategory",
     "UpstreamError",
+    "UsageUnavailable",
     "aws_error_code",
 ]
 
@@ -141,6 +162,30 @@ class ContentFiltered(InvalidRequest):
 
     code = "content_filter"
     default_message = "The request was rejected by the model provider's content policy."
+
+
+class NotFound(InvalidRequest):
+    """No route for the request's path. An ``invalid_request_error``, like every 4xx of the
+    request's own making: the client asked for a path the gateway does not serve."""
+
+    status = 404
+    code = "not_found"
+    default_message = "Unknown path."
+
+
+class MethodNotAllowed(InvalidRequest):
+    status = 405
+    code = "method_not_allowed"
+    default_message = "Method not allowed."
+
+
+class RequestTimeout(InvalidRequest):
+    """The client did not send its body within ``bodyReadTimeoutMs``: the request's fault, so an
+    ``invalid_request_error``, with HTTP's own status for it."""
+
+    status = 408
+    code = "request_timeout"
+    default_message = "The request body was not received in time."
 
 
 class AuthenticationFailed(GatewayError):
@@ -225,11 +270,35 @@ class ModelUnavailable(GatewayError):
     default_message = "The selected model is temporarily unavailable."
 
 
+class UsageUnavailable(ModelUnavailable):
+    """``GET /v1/usage`` cannot be answered: no usage ledger is configured, or it cannot be read.
+    A ``ModelUnavailable`` by lineage, so it is a 503 ``server_error`` like any other outage."""
+
+    code = "usage_unavailable"
+    default_message = "Usage reporting is unavailable right now. Retry shortly."
+
+
 class Overloaded(GatewayError):
+    """Admission sheds the request (no permit free, too much loop lag, a full queue). The status
+    is the deployment's choice (``admission.overloadStatus``, 503 or 429), so the constructor
+    takes it; the code and type stay ``overloaded`` and ``server_error`` whichever it is."""
+
     status = 503
     code = "overloaded"
     type = "server_error"
     default_message = "The gateway is overloaded. Retry later."
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        param: str | None = None,
+        retry_after: float | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message, param=param, retry_after=retry_after)
+        if status is not None:
+            self.status = status
 
 
 class AuditUnavailable(GatewayError):
@@ -281,20 +350,6 @@ class UpstreamCategory(enum.Enum):
     SAFETY = "safety"
 
 
-RETRYABLE_CATEGORIES = frozenset(
-    {
-        UpstreamCategory.RATE_LIMIT,
-        UpstreamCategory.SERVER,
-        UpstreamCategory.OVERLOADED,
-        UpstreamCategory.TIMEOUT,
-        UpstreamCategory.CONNECT,
-        UpstreamCategory.MALFORMED,
-        UpstreamCategory.TRUNCATED,
-    }
-)
-"""Categories another attempt may follow; ``routing.retry.RetryPolicy`` adds the status list."""
-
-
 class UpstreamError(TollwayError):
     """One failed attempt. ``detail`` is for audit/diagnostics only and never reaches a client.
 
@@ -322,10 +377,6 @@ class UpstreamError(TollwayError):
         self.reason = reason
         self.reported = reported
         super().__init__(f"upstream {category.value}" + (f" (HTTP {status})" if status else ""))
-
-    @property
-    def retryable(self) -> bool:
-        return self.category in RETRYABLE_CATEGORIES
 
     def to_stream_error(self) -> GatewayError:
         """The error frame a client sees when this ends a stream after its first token: a cut,

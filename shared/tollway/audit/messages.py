@@ -18,6 +18,7 @@ from typing import Final
 import orjson
 
 from tollway.audit.events import AuditEvent, decode_event
+from tollway.exceptions import TollwayError
 
 __all__ = ["MAX_EVENTS", "MESSAGE_VERSION", "MalformedMessage", "decode_message"]
 
@@ -25,7 +26,7 @@ MESSAGE_VERSION: Final = 1
 MAX_EVENTS: Final = 64
 
 
-class MalformedMessage(ValueError):
+class MalformedMessage(TollwayError, ValueError):
     """A message that is not a version-1 batch of valid events.
 
     The text names the position and the rule broken, never a value from the message: it reaches

@@ -46,6 +46,7 @@ from typing import Any, Final, Literal
 
 from tollway.cloud.local import LOCAL_CREDENTIALS
 from tollway.cloud.resources import BucketSpec, QueueSpec, SecretSpec, TableSpec, Topology
+from tollway.exceptions import TollwayError
 
 __all__ = [
     "BootstrapError",
@@ -68,7 +69,7 @@ _PITR_UNSUPPORTED: Final = frozenset({"UnknownOperationException", "NotImplement
 _NOT_FOUND_QUEUE: Final = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
 
 
-class BootstrapError(RuntimeError):
+class BootstrapError(TollwayError, RuntimeError):
     """A resource could not be created, converged or read; the message names it and the endpoint."""
 
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final
 
+from tollway.exceptions import TollwayError
+
 __all__ = [
     "DEFAULT_PORT",
     "LOCAL_CREDENTIALS",
@@ -46,8 +48,8 @@ LOCAL_CREDENTIALS: Final[Mapping[str, str]] = {
 _START_TIMEOUT_S: Final = 20.0
 
 
-class LocalCloudError(RuntimeError):
-    pass
+class LocalCloudError(TollwayError, RuntimeError):
+    """The embedded emulator could not be started or did not become reachable in time."""
 
 
 @dataclass

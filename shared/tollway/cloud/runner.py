@@ -56,6 +56,7 @@ from typing import Any, Final, Protocol
 
 from tollway.cloud.bootstrap import BootstrapError, Clients, boto_errors
 from tollway.cloud.resources import FunctionSpec, QueueSpec, QueueTrigger, ScheduleTrigger, Topology
+from tollway.exceptions import TollwayError
 
 __all__ = [
     "BatchOutcome",
@@ -91,7 +92,7 @@ _ERROR_BACKOFF_S: Final = 1.0
 _TRACE_FRAMES: Final = 5
 
 
-class RunnerError(RuntimeError):
+class RunnerError(TollwayError, RuntimeError):
     """A mapping or schedule cannot be set up; the message names the function and the resource."""
 
 

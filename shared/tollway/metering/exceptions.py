@@ -2,18 +2,21 @@
 
 ::
 
-    MeteringError
-    ├── MalformedUsageEvent      a request_finished event the ledger cannot account (a poison message)
-    ├── InvalidUsageQuery        a GET /v1/usage query that cannot be answered (a 400)
-    └── UsageLedgerUnavailable   the ledger table could not be read or written (retry later)
+    TollwayError
+    └── MeteringError
+        ├── MalformedUsageEvent      a request_finished event the ledger cannot account (a poison message)
+        ├── InvalidUsageQuery        a GET /v1/usage query that cannot be answered (a 400)
+        └── UsageLedgerUnavailable   the ledger table could not be read or written (retry later)
 """
 
 from __future__ import annotations
 
+from tollway.exceptions import TollwayError
+
 __all__ = ["InvalidUsageQuery", "MalformedUsageEvent", "MeteringError", "UsageLedgerUnavailable"]
 
 
-class MeteringError(Exception):
+class MeteringError(TollwayError):
     """Base of every metering error."""
 
 

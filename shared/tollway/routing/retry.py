@@ -39,7 +39,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from tollway.exceptions import RETRYABLE_CATEGORIES, UpstreamCategory, UpstreamError
+from tollway.exceptions import UpstreamCategory, UpstreamError
 
 __all__ = [
     "DEFAULT_RETRY_STATUSES",
@@ -54,7 +54,19 @@ __all__ = [
 
 DEFAULT_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
 
-RETRYABLE = RETRYABLE_CATEGORIES
+RETRYABLE = frozenset(
+    {
+        UpstreamCategory.RATE_LIMIT,
+        UpstreamCategory.SERVER,
+        UpstreamCategory.OVERLOADED,
+        UpstreamCategory.TIMEOUT,
+        UpstreamCategory.CONNECT,
+        UpstreamCategory.MALFORMED,
+        UpstreamCategory.TRUNCATED,
+    }
+)
+"""Categories another attempt may follow; :meth:`RetryPolicy.retryable` adds the status list. The
+only definition of "retryable": an ``UpstreamError`` carries its category, not a verdict."""
 
 NEVER_RETRY = frozenset(set(UpstreamCategory) - RETRYABLE)
 

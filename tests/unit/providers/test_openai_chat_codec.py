@@ -22,7 +22,9 @@ from tollway.canonical import (
     Usage,
 )
 from tollway.exceptions import InvalidRequest, UpstreamCategory, UpstreamError
-from tollway.providers import OpenAIChatCodec, ProviderFormat, SseEvent, Target
+from tollway.providers import OpenAIChatCodec, ProviderFormat, Target
+from tollway.routing.retry import RetryPolicy
+from tollway.wire import SseEvent
 
 codec = OpenAIChatCodec()
 TARGET = Target("gpt-4o-mini-2024-07-18")
@@ -209,7 +211,7 @@ def test_malformed_bodies_are_malformed_upstream_errors(body: bytes) -> None:
         codec.decode_response(200, body)
     assert info.value.category is C.MALFORMED
     assert info.value.status == 200
-    assert info.value.retryable
+    assert RetryPolicy().retryable(info.value)
 
 
 def test_malformed_detail_never_quotes_the_body() -> None:

@@ -19,6 +19,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Final
 
+from tollway.exceptions import TollwayError
+
 __all__ = [
     "ACK_FILE",
     "ACK_MAGIC",
@@ -50,7 +52,7 @@ __all__ = [
 ]
 
 
-class WalError(Exception):
+class WalError(TollwayError):
     """Base of the WAL's errors. The gateway maps every one of them to a 503 before dispatch."""
 
 
