@@ -32,8 +32,8 @@ import uvloop
 from bench.clients import Http1Client
 from bench.profiles import load_payload
 from bench.servers import mock_command, start_server
-from tollway.providers.base import UpstreamRequest
 from tollway.transport import TransportSettings, build_transport
+from tollway.wire import UpstreamRequest
 
 __all__ = ["main"]
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterable, AsyncIterator
 
-from tollway.providers.base import SseEvent
+from tollway.exceptions import TollwayError
+from tollway.wire import SseEvent
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "DONE", "SseFrameTooLarge", "SseParser", "aiter_sse", "encode_data"]
 
@@ -25,8 +26,12 @@ _EOL = re.compile(rb"\r\n?|\n")
 _BOM = b"\xef\xbb\xbf"
 
 
-class SseFrameTooLarge(ValueError):
-    """An event grew past ``max_event_bytes`` before a blank line ended it."""
+class SseFrameTooLarge(TollwayError, ValueError):
+    """An event grew past ``max_event_bytes`` before a blank line ended it.
+
+    A ``TollwayError`` like every error of the package; still a ``ValueError``, as it was before the
+    tree existed, so callers that catch that keep working. The gateway maps it to a malformed stream.
+    """
 
 
 class SseParser:

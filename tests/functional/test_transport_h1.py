@@ -28,10 +28,10 @@ import pytest
 
 from tests.support.transports import transport_settings
 from tollway.exceptions import UpstreamCategory, UpstreamError
-from tollway.providers.base import UpstreamRequest
 from tollway.transport import build_transport
 from tollway.transport import h1 as h1_module
 from tollway.transport.h1 import PAUSE_BYTES, H1Transport
+from tollway.wire import UpstreamRequest
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 JSON = MappingProxyType({"content-type": "application/json"})

@@ -13,8 +13,8 @@ import pytest
 from tests.support.transports import transport_settings
 from tollway.exceptions import UpstreamCategory, UpstreamError
 from tollway.mock import MockServer
-from tollway.providers.base import UpstreamRequest
 from tollway.transport import HttpClient, build_transport
+from tollway.wire import UpstreamRequest
 
 CLIENTS: list[HttpClient] = ["h1", "aiohttp", "httpx"]
 

@@ -42,8 +42,9 @@ from tollway.canonical import (
     Usage,
 )
 from tollway.exceptions import GatewayError, UpstreamError
-from tollway.providers import ProviderFormat, SseEvent, Target, codec_for
+from tollway.providers import ProviderFormat, Target, codec_for
 from tollway.sse import SseParser
+from tollway.wire import SseEvent
 
 GOLDEN = Path(__file__).parent
 TARGETS = {

@@ -5,8 +5,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tollway.providers import SseEvent
 from tollway.sse import DEFAULT_MAX_EVENT_BYTES, DONE, SseFrameTooLarge, SseParser, aiter_sse, encode_data
+from tollway.wire import SseEvent
 
 
 def parse(*chunks: bytes, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> list[SseEvent]:

@@ -42,7 +42,7 @@ from tollway.audit.store import (
     StoreSettings,
     iso_ts,
 )
-from tollway.metering.query import usd
+from tollway.pricing.cost import usd
 from tollway.up_state import read_state
 
 __all__ = ["main", "parse_since", "render_list", "render_view"]

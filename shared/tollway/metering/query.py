@@ -30,6 +30,7 @@ from tollway.governance.principals import Principal
 from tollway.metering.exceptions import InvalidUsageQuery
 from tollway.metering.layout import Dimension, UsageScope, aggregate_pk
 from tollway.metering.totals import UsageTotals
+from tollway.pricing.cost import usd
 
 __all__ = [
     "ADMIN_ROLE",
@@ -53,7 +54,6 @@ DEFAULT_DAYS: Final = 30
 MAX_QUERY_DAYS: Final = 366
 _PARAMS: Final = frozenset({"from", "to", "group_by"})
 _DAY: Final = re.compile(r"\d{4}-\d{2}-\d{2}")
-_MICRO: Final = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,13 +150,6 @@ def rows_from_items(items: Iterable[Mapping[str, Any]], query: UsageQuery) -> li
             key = value
         sums[key] = sums.get(key, UsageTotals()) + UsageTotals.from_item(item)
     return [UsageRow(k, sums[k]) for k in sorted(sums)]
-
-
-def usd(micro_usd: int) -> str:
-    """Integer micro-USD as an exact decimal string of USD with six places (``1234`` → ``"0.001234"``)."""
-    sign = "-" if micro_usd < 0 else ""
-    whole, frac = divmod(abs(micro_usd), _MICRO)
-    return f"{sign}{whole}.{frac:06d}"
 
 
 def _bucket(group_by: GroupBy, row: UsageRow) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import Final, Protocol
 from tollway.pricing.rates import MICRO
 from tollway.pricing.snapshot import PricingSnapshot
 
-__all__ = ["WORST_CASE_TIER", "Cost", "TokenCounts", "UnknownPrice", "price", "reservation_cost"]
+__all__ = ["WORST_CASE_TIER", "Cost", "TokenCounts", "UnknownPrice", "price", "reservation_cost", "usd"]
 
 WORST_CASE_TIER: Final = "worst-case"
 """The tier of a reservation estimate: the highest of each rate over every tier."""
@@ -123,3 +123,14 @@ def reservation_cost(
         w.output, w.reasoning
     )
     return Cost(-(-pico // MICRO), snapshot.version, WORST_CASE_TIER, entry.contract)
+
+
+def usd(micro_usd: int) -> str:
+    """Integer micro-USD as an exact decimal string of USD with six places (``1234`` → ``"0.001234"``).
+
+    Here, beside the micro-USD amounts it renders, so that both the usage API (``tollway.metering``)
+    and the audit CLI (``tollway.audit``) can format money without either importing the other.
+    """
+    sign = "-" if micro_usd < 0 else ""
+    whole, frac = divmod(abs(micro_usd), MICRO)
+    return f"{sign}{whole}.{frac:06d}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tollway.providers.anthropic_messages import AnthropicMessagesCodec
-from tollway.providers.base import ProviderCodec, ProviderFormat, SseEvent, Target, UpstreamRequest
+from tollway.providers.base import ProviderCodec, ProviderFormat, Target
 from tollway.providers.openai_chat import OpenAIChatCodec
 
 __all__ = [
@@ -19,9 +19,7 @@ __all__ = [
     "OpenAIChatCodec",
     "ProviderCodec",
     "ProviderFormat",
-    "SseEvent",
     "Target",
-    "UpstreamRequest",
     "codec_for",
 ]
 

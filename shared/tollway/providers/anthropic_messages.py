@@ -38,7 +38,7 @@ from tollway.canonical import (
     Usage,
 )
 from tollway.exceptions import InvalidRequest, UnsupportedParameter, UpstreamCategory, UpstreamError
-from tollway.providers.base import ProviderFormat, SseEvent, Target, UpstreamRequest
+from tollway.providers.base import ProviderFormat, Target
 from tollway.providers.openai_chat import (
     ErrorInfo,
     as_int,
@@ -54,6 +54,7 @@ from tollway.providers.openai_chat import (
     str_or_none,
     truncated,
 )
+from tollway.wire import SseEvent, UpstreamRequest
 
 __all__ = ["AnthropicMessagesCodec"]
 

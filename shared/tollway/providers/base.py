@@ -1,4 +1,8 @@
-"""The codec interface every provider format implements: pure, no I/O, no logging, no clock."""
+"""The codec interface every provider format implements: pure, no I/O, no logging, no clock.
+
+The values a codec exchanges with transports and SSE framing, ``UpstreamRequest`` and ``SseEvent``,
+live in ``tollway.wire`` so that ``tollway.transport`` need not import this package.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,9 @@ from typing import ClassVar, Protocol
 
 from tollway.canonical import CanonicalRequest, CanonicalResponse, StreamEvent
 from tollway.exceptions import UpstreamError
+from tollway.wire import SseEvent, UpstreamRequest
 
-__all__ = ["ProviderCodec", "ProviderFormat", "SseEvent", "Target", "UpstreamRequest"]
+__all__ = ["ProviderCodec", "ProviderFormat", "Target"]
 
 
 class ProviderFormat(enum.Enum):
@@ -26,24 +31,6 @@ class Target:
     """The physical model id sent upstream."""
     default_max_output_tokens: int = 4096
     """Used when the format requires an output bound and the client gave none."""
-
-
-@dataclass(slots=True, frozen=True)
-class UpstreamRequest:
-    """A request body and the relative path to POST it to; the transport adds base URL and auth."""
-
-    path: str
-    body: bytes
-    headers: Mapping[str, str]
-    stream: bool
-
-
-@dataclass(slots=True, frozen=True)
-class SseEvent:
-    """One Server-Sent Event after framing: ``event`` name (or None) and its joined ``data``."""
-
-    event: str | None
-    data: str
 
 
 class ProviderCodec(Protocol):

@@ -38,7 +38,8 @@ from tollway.canonical import (
     Usage,
 )
 from tollway.exceptions import InvalidRequest, UpstreamCategory, UpstreamError
-from tollway.providers.base import ProviderFormat, SseEvent, Target, UpstreamRequest
+from tollway.providers.base import ProviderFormat, Target
+from tollway.wire import SseEvent, UpstreamRequest
 
 __all__ = ["OpenAIChatCodec"]
 

@@ -10,11 +10,22 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from tollway.providers.base import UpstreamRequest
+from tollway.wire import UpstreamRequest
 
-__all__ = ["MAX_ERROR_BODY", "ConnectTiming", "Transport", "TransportSettings", "UpstreamStream", "read_prefix"]
+if TYPE_CHECKING:
+    from tollway.transport import HttpClient
+
+__all__ = [
+    "MAX_ERROR_BODY",
+    "ConnectTiming",
+    "Transport",
+    "TransportFactory",
+    "TransportSettings",
+    "UpstreamStream",
+    "read_prefix",
+]
 
 MAX_ERROR_BODY = 64 * 1024
 
@@ -75,3 +86,13 @@ class Transport(Protocol):
     ) -> AbstractAsyncContextManager[UpstreamStream]: ...
 
     async def aclose(self) -> None: ...
+
+
+class TransportFactory(Protocol):
+    """Builds a deployment's ``Transport`` at publication: ``tollway.transport.build_transport`` in
+    production. A seam, so tests can publish real roots whose deployments answer from a script
+    instead of a socket; the gateway cannot tell the difference, as it only sees ``Transport``."""
+
+    def __call__(
+        self, client: HttpClient, settings: TransportSettings, auth_headers: Mapping[str, str], /
+    ) -> Transport: ...

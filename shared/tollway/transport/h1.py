@@ -3,8 +3,8 @@
 Every request a deployment sends has the same shape: a POST of a JSON body to one host, with
 the codec's constant headers and the deployment's credential. A general client (aiohttp,
 httpx) builds header multidicts, URL objects, timers, trace hooks and stream readers for each
-one; measured in one process against the mock, aiohttp cost about 200 µs of CPU per buffered
-request and this client about 65 µs (docs/benchmarks.md, *Decision: the h1 upstream client*).
+one; measured in one process against the mock (medians of 3), this client costs about 99 µs
+of CPU per buffered call and aiohttp about 243 µs (docs/benchmarks.md, *Decision: the h1 upstream client*).
 
 What it does, and nothing more:
 
@@ -55,8 +55,8 @@ from typing import Any, Final
 import httptools
 
 from tollway.exceptions import UpstreamCategory, UpstreamError
-from tollway.providers.base import UpstreamRequest
 from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, TransportSettings, read_prefix
+from tollway.wire import UpstreamRequest
 
 __all__ = ["H1Stream", "H1Transport"]
 

@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 
 from tollway.exceptions import UpstreamCategory, UpstreamError
-from tollway.providers.base import UpstreamRequest
 from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, TransportSettings, read_prefix
+from tollway.wire import UpstreamRequest
 
 __all__ = ["ProviderTransport", "UpstreamResponse", "map_http_error"]
 

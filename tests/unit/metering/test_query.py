@@ -18,7 +18,7 @@ from tollway.metering import (
     parse_usage_query,
     usage_response,
 )
-from tollway.metering.query import UsageRow, usd
+from tollway.metering.query import UsageRow
 
 D1, D2, D3 = date(2026, 11, 28), date(2026, 11, 29), date(2026, 11, 30)
 ACME = UsageScope("acme")
@@ -117,16 +117,6 @@ def test_query_parameters_default_to_thirty_days_up_to_today_by_day() -> None:
 def test_bad_query_parameters_are_rejected(params: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidUsageQuery, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_usage_query(params, scope=ALICE, today=D3)
-
-
-def test_micro_usd_renders_as_an_exact_usd_string() -> None:
-    assert [usd(n) for n in (0, 1, 1500, 1_000_000, 12_345_678_901)] == [
-        "0.000000",
-        "0.000001",
-        "0.001500",
-        "1.000000",
-        "12345.678901",
-    ]
 
 
 def test_the_response_is_an_openai_style_list_of_buckets(ledger: MemoryUsageLedger) -> None:

@@ -18,6 +18,7 @@ from tollway.pricing import (
     price,
     reservation_cost,
 )
+from tollway.pricing.cost import usd
 
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
 # USD per 1M tokens x 10^6: input 1, output 2, cache read 0.25, cache write 1.5, reasoning 4.
@@ -135,3 +136,13 @@ def test_a_reservation_covers_any_settled_cost_of_the_same_size() -> None:
         settled = price(snap, "p", "m", counts)
         assert isinstance(settled, Cost)
         assert settled.amount_micro_usd <= reserved.amount_micro_usd
+
+
+def test_micro_usd_renders_as_an_exact_usd_string() -> None:
+    assert [usd(n) for n in (0, 1, 1500, 1_000_000, 12_345_678_901)] == [
+        "0.000000",
+        "0.000001",
+        "0.001500",
+        "1.000000",
+        "12345.678901",
+    ]

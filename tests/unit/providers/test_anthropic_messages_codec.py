@@ -25,7 +25,8 @@ from tollway.canonical import (
     Usage,
 )
 from tollway.exceptions import InvalidRequest, UnsupportedParameter, UpstreamCategory, UpstreamError
-from tollway.providers import AnthropicMessagesCodec, ProviderFormat, SseEvent, Target
+from tollway.providers import AnthropicMessagesCodec, ProviderFormat, Target
+from tollway.wire import SseEvent
 
 codec = AnthropicMessagesCodec()
 TARGET = Target("claude-haiku-4-5-20251001", default_max_output_tokens=2048)

@@ -47,9 +47,7 @@ def test_public_names_are_exported() -> None:
         "OpenAIChatCodec",
         "ProviderCodec",
         "ProviderFormat",
-        "SseEvent",
         "Target",
-        "UpstreamRequest",
         "codec_for",
     }
     assert all(hasattr(providers, name) for name in providers.__all__)
