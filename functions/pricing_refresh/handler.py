@@ -20,8 +20,7 @@ from typing import Any
 from functions.pricing_refresh.reader import SourceReader, UriReader
 from functions.pricing_refresh.refresh import refresh
 from functions.pricing_refresh.settings import RefreshSettings
-from tollway.pricing import SnapshotStore
-from tollway.pricing.s3 import S3SnapshotStore, StoreSettings, s3_client
+from tollway.pricing.store import S3SnapshotStore, SnapshotStore, StoreSettings, s3_client
 
 __all__ = ["Clock", "ReaderFactory", "ScheduleHandler", "StoreFactory", "build_handler", "handler"]
 

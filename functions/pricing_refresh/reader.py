@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tollway.exceptions import ConfigIssue
 from tollway.pricing import PricingSourceError, SnapshotStoreError
-from tollway.pricing.s3 import MAX_OBJECT_BYTES, read_s3_object
+from tollway.pricing.store import MAX_OBJECT_BYTES, read_s3_object
 
 __all__ = ["SourceReader", "UriReader"]
 

@@ -22,7 +22,7 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from tollway.pricing import PricingError
-from tollway.pricing.s3 import StoreSettings
+from tollway.pricing.store import StoreSettings
 
 __all__ = ["DEFAULT_CATALOG_KEY", "MAX_SOURCES", "RefreshSettings", "SettingsError", "check_uri"]
 

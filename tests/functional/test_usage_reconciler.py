@@ -216,9 +216,9 @@ def test_the_deployed_handler_builds_its_ledger_from_the_environment_on_first_us
 
 def test_importing_the_handler_needs_no_environment_and_creates_no_client() -> None:
     code = (
-        "import sys; import functions.usage_reconciler.handler as h; from tollway.metering import dynamodb_client; "
+        "import sys; import functions.usage_reconciler.handler as h; from tollway import aws; "
         "assert callable(h.handler); assert 'boto3' not in sys.modules, 'boto3 imported at init'; "
-        "assert dynamodb_client.cache_info().currsize == 0, 'a client was built at import'"
+        "assert aws.cache_size() == 0, 'a client was built at import'"
     )
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)

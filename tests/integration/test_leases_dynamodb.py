@@ -23,7 +23,7 @@ from tests.support.processes import ROOT
 from tollway.cloud.bootstrap import Clients, bootstrap
 from tollway.cloud.local import LocalCloud
 from tollway.cloud.resources import topology
-from tollway.governance.lease_stores import DynamoDBLeaseStore, LeaseStoreSettings, LeaseStoreUnavailable
+from tollway.governance.store import DynamoDBLeaseStore, LeaseStoreSettings, LeaseStoreUnavailable
 
 pytestmark = pytest.mark.local_cloud
 

@@ -22,7 +22,7 @@ from tollway.cloud.bootstrap import Clients, bootstrap
 from tollway.cloud.local import LocalCloud
 from tollway.cloud.resources import topology
 from tollway.pricing import Cost, load_current, pointer_key, price, snapshot_key
-from tollway.pricing.s3 import S3SnapshotStore
+from tollway.pricing.store import S3SnapshotStore
 
 pytestmark = pytest.mark.local_cloud
 

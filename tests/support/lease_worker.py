@@ -20,8 +20,8 @@ import sys
 import time
 from collections import Counter
 
-from tollway.governance.lease_stores import DynamoDBLeaseStore, LeaseStoreSettings
 from tollway.governance.leases import Denial, DenyReason, LeasePolicy, LocalLedger, Window, cost_budget
+from tollway.governance.store import DynamoDBLeaseStore, LeaseStoreSettings
 
 POLICY = LeasePolicy(
     fraction=0.05, tick_s=0.02, exhausted_retry_s=0.05, backoff_s=0.02, backoff_max_s=0.2, idle_give_back_s=None

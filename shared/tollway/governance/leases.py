@@ -3,7 +3,7 @@
 The model
 ---------
 Every limit (a cost budget per day, tokens per minute, ...) is a global counter in the
-:class:`~tollway.governance.lease_stores.LeaseStore`, one per scope and window::
+:class:`~tollway.governance.store.LeaseStore`, one per scope and window::
 
     budget#<scope>#<metric>#<window>#<window id>     budget#tenant:acme#cost#day#2026-11-29
 
@@ -99,7 +99,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tollway.governance.lease_stores.store import LeaseStore, LeaseStoreUnavailable
+from tollway.governance.store.base import LeaseStore, LeaseStoreUnavailable
 
 __all__ = [
     "CounterStats",

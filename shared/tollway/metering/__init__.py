@@ -2,17 +2,14 @@
 
 - :mod:`~tollway.metering.record`: the event-body contract, parsed into a :class:`UsageRecord`;
 - :mod:`~tollway.metering.layout`: the table's items (one ledger item per request, per-day aggregates);
-- :mod:`~tollway.metering.ledger`: the :class:`UsageLedger` interface, with a DynamoDB and a memory backend;
+- :mod:`~tollway.metering.store`: the :class:`UsageLedger` interface, with a DynamoDB and a memory backend;
 - :mod:`~tollway.metering.query`: who sees what, and the response body.
 
 See ``docs/usage.md``.
 """
 
-from tollway.metering.dynamodb import DynamoDBUsageLedger, dynamodb_client
 from tollway.metering.exceptions import InvalidUsageQuery, MalformedUsageEvent, MeteringError, UsageLedgerUnavailable
 from tollway.metering.layout import UsageScope
-from tollway.metering.ledger import DEFAULT_RETENTION_DAYS, ApplyResult, LedgerSettings, UsageLedger
-from tollway.metering.memory import MemoryUsageLedger
 from tollway.metering.query import (
     ADMIN_ROLE,
     GROUP_BY,
@@ -25,6 +22,14 @@ from tollway.metering.query import (
     usage_response,
 )
 from tollway.metering.record import EVIDENCE, Evidence, UsageRecord, usage_record
+from tollway.metering.store import (
+    DEFAULT_RETENTION_DAYS,
+    ApplyResult,
+    DynamoDBUsageLedger,
+    LedgerSettings,
+    MemoryUsageLedger,
+    UsageLedger,
+)
 from tollway.metering.totals import UsageTotals
 
 __all__ = [
@@ -50,7 +55,6 @@ __all__ = [
     "UsageScope",
     "UsageTotals",
     "caller_scope",
-    "dynamodb_client",
     "parse_usage_query",
     "usage_record",
     "usage_response",

@@ -5,8 +5,8 @@ See ``docs/pricing.md``. The hot path is :func:`price` (and :func:`reservation_c
 with pydantic off the request path (:func:`parse_models_dev`, :func:`parse_overrides`,
 :func:`compile_snapshot`), published with :func:`publish` and loaded with :class:`SnapshotLoader`.
 
-The S3 backend, :mod:`tollway.pricing.s3`, is imported explicitly where it is needed, so this
-package never pulls in boto3.
+The stores are :mod:`tollway.pricing.store`; its S3 backend imports botocore only when it builds a
+client, so importing this package never pulls in an AWS library.
 """
 
 from tollway.pricing.cost import WORST_CASE_TIER, Cost, TokenCounts, UnknownPrice, price, reservation_cost

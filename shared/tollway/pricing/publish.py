@@ -20,14 +20,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tollway.pricing.errors import SnapshotCorrupt
 from tollway.pricing.snapshot import SCHEMA, PricingSnapshot, decode_snapshot, encode_snapshot, iso_utc
-from tollway.pricing.store import SnapshotStore
+
+if TYPE_CHECKING:
+    # Types only: the store package imports its S3 backend, which imports this module for its default
+    # prefix, so importing the package here at run time would be a cycle.
+    from tollway.pricing.store import SnapshotStore
 
 __all__ = [
     "DEFAULT_PREFIX",

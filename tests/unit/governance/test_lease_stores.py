@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from tollway.governance.lease_stores import (
+from tollway.governance.store import (
     DynamoDBLeaseStore,
     LeaseStore,
     LeaseStoreSettings,

@@ -7,7 +7,6 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from tollway.governance.lease_stores import LeaseStore, MemoryLeaseStore
 from tollway.governance.leases import (
     Denial,
     DenyReason,
@@ -19,6 +18,7 @@ from tollway.governance.leases import (
     cost_budget,
     requests_per_minute,
 )
+from tollway.governance.store import LeaseStore, MemoryLeaseStore
 
 T0 = 1_796_000_000.0
 POLICY = LeasePolicy(fraction=0.01, low_water=0.0, tick_s=0.01, backoff_s=0.01)

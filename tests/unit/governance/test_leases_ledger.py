@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from tollway.governance.lease_stores import LeaseStoreUnavailable, MemoryLeaseStore
 from tollway.governance.leases import (
     Denial,
     DenyReason,
@@ -23,6 +22,7 @@ from tollway.governance.leases import (
     requests_per_minute,
     tokens_per_minute,
 )
+from tollway.governance.store import LeaseStoreUnavailable, MemoryLeaseStore
 
 T0 = 1_796_000_000.0
 """2026-11-30T00:53:20Z, for a fake clock."""

@@ -10,10 +10,10 @@ import pytest
 
 from tollway.canonical import Usage, UsageEvidence
 from tollway.exceptions import BudgetExceeded, ModelUnavailable, RateLimited
-from tollway.governance.lease_stores import MemoryLeaseStore
 from tollway.governance.leases import LeasePolicy, LocalLedger, Window, cost_budget, requests_per_minute
 from tollway.governance.meter import Governor
 from tollway.governance.policy import AliasPrice, GovernanceSnapshot, PricingView, RequestPolicy, RoutePrice
+from tollway.governance.store import MemoryLeaseStore
 from tollway.pricing import ModelPrice, PricingSnapshot, Rates
 
 BUDGET = cost_budget("tenant:t", Window.DAY, 100_000)

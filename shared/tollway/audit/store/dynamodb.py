@@ -23,13 +23,14 @@ endpoint does not return them), and the events not stored yet are written again 
 until none is left: each failed update finds at least one more of them stored, so that ends. A
 replayed message costs one failed write per item and changes nothing.
 
-The groups are written on a bounded thread pool (``StoreSettings.write_concurrency``; boto3's
+The groups are written on a bounded thread pool (``StoreSettings.write_concurrency``; botocore's
 clients are thread-safe, and the client's connection pool is sized to match). Before the first
 write every event's values are checked against DynamoDB's types, so a message with a value
 DynamoDB cannot hold fails alone, before anything of it is written.
 
-boto3 is imported inside :class:`DynamoDBAuditStore`, never at module level: this package is part
-of the core library, which ships as a Lambda layer.
+boto3 (its type serializer) and botocore are imported inside :class:`DynamoDBAuditStore`, never at
+module level: this package is part of the core library, which ships as a Lambda layer. The client
+comes from :func:`tollway.aws.client`, shared with every audit store of the same settings.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any, Final
 
+from tollway import aws
 from tollway.audit.events import AuditEvent
 from tollway.audit.store.base import ApplyResult, check_limit
 from tollway.audit.store.errors import AuditStoreError, MalformedEvent
@@ -83,25 +85,24 @@ def _chunks(events: Sequence[EventWrite]) -> Iterable[list[EventWrite]]:
 
 
 class DynamoDBAuditStore:
-    """The store on the audit table. ``client`` (a boto3 DynamoDB client) is for tests of odd endpoints."""
+    """The store on the audit table. ``client`` (a botocore DynamoDB client) is for tests of odd endpoints."""
 
     def __init__(self, settings: StoreSettings, *, client: Any | None = None) -> None:
-        import boto3
         from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
-        from botocore.config import Config
         from botocore.exceptions import BotoCoreError
 
         self.settings = settings
         self.table = settings.table
         if client is None:
-            config = Config(
-                connect_timeout=5,
-                read_timeout=10,
-                retries={"max_attempts": 3, "mode": "standard"},
-                max_pool_connections=settings.write_concurrency,
-            )
             try:
-                client = boto3.client("dynamodb", endpoint_url=settings.endpoint, config=config)
+                client = aws.client(
+                    "dynamodb",
+                    endpoint=settings.endpoint,
+                    connect_timeout_s=5,
+                    read_timeout_s=10,
+                    retries=3,
+                    max_pool_connections=settings.write_concurrency,
+                )
             except BotoCoreError as exc:  # no region configured, say
                 raise AuditStoreError(f"audit table {self.table}: no DynamoDB client: {exc}") from None
         self._client = client
@@ -114,7 +115,8 @@ class DynamoDBAuditStore:
 
     @property
     def client(self) -> Any:
-        """The boto3 DynamoDB client (its ``meta.events`` take hooks: tests count the writes)."""
+        """The botocore DynamoDB client (its ``meta.events`` take hooks: tests count the calls). It is
+        shared by every store of the same settings, and so are the hooks."""
         return self._client
 
     # ------------------------------------------------------------ values and errors

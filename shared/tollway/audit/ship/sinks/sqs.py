@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
+from tollway import aws
 from tollway.audit.ship.sinks import SQS_BATCH_BYTES, SQS_BATCH_ENTRIES, SinkUnavailable, log
 
 __all__ = ["SqsSink"]
@@ -47,9 +48,11 @@ class SqsSink:
     """SQS SendMessageBatch, at most 10 messages a call; the queue URL is resolved once.
 
     ``env`` supplies the credentials (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-    ``AWS_SESSION_TOKEN``); when it has none, boto3's default chain applies. ``endpoint`` is an
+    ``AWS_SESSION_TOKEN``); when it has none, botocore's default chain applies. ``endpoint`` is an
     emulator's URL, or ``None`` for AWS. Transport errors are retried by botocore (standard mode,
-    bounded); entries a call reports as failed are resent up to ``max_attempts`` times in all.
+    bounded); entries a call reports as failed are resent up to ``max_attempts`` times in all. The
+    client comes from :func:`tollway.aws.client`: sinks of the same settings (the audit and the
+    usage queue's) share one.
     """
 
     def __init__(
@@ -69,11 +72,7 @@ class SqsSink:
         self.queue_name = queue_name
         self._endpoint = endpoint or None
         self._region = region
-        self._credentials = {
-            "aws_access_key_id": env.get("AWS_ACCESS_KEY_ID"),
-            "aws_secret_access_key": env.get("AWS_SECRET_ACCESS_KEY"),
-            "aws_session_token": env.get("AWS_SESSION_TOKEN"),
-        }
+        self._credentials = aws.Credentials.from_env(env)
         self._max_attempts = max(1, max_attempts)
         self._retry_delay_s = retry_delay_s
         self._timeout_s = timeout_s
@@ -87,16 +86,15 @@ class SqsSink:
     def _connect(self) -> tuple[Any, str]:
         """The client and queue URL, built on first use so a queue that is down at start is retried later."""
         if self._client is None:
-            import boto3
-            from botocore.config import Config
-
-            session = boto3.session.Session(region_name=self._region, **self._credentials)
-            config = Config(
-                connect_timeout=min(self._timeout_s, 5.0),
-                read_timeout=self._timeout_s,
-                retries={"max_attempts": 3, "mode": "standard"},
+            self._client = aws.client(
+                "sqs",
+                region=self._region,
+                endpoint=self._endpoint,
+                connect_timeout_s=min(self._timeout_s, 5.0),
+                read_timeout_s=self._timeout_s,
+                retries=3,
+                credentials=self._credentials,
             )
-            self._client = session.client("sqs", endpoint_url=self._endpoint, config=config)
         if self._url is None:
             self._url = str(self._call("get_queue_url", QueueName=self.queue_name)["QueueUrl"])
         return self._client, self._url

@@ -9,48 +9,34 @@ the transaction with ``ConditionalCheckFailed`` as the first cancellation reason
 throttling, an unreachable endpoint) is :class:`UsageLedgerUnavailable`, and the message is
 retried by SQS; a retry after a lost success response is a duplicate, as it should be.
 
-The botocore client comes from :func:`dynamodb_client`, a cached factory called on first use:
-nothing AWS-related happens at import, and tests pass their own ``client``. Every botocore error
-is mapped in :func:`_unavailable`, which names the table, the operation and the error code, never
-a value.
+The botocore client comes from :func:`tollway.aws.client` on first use (shared with every ledger
+of the same endpoint and region): nothing AWS-related happens at import, and tests pass their own
+``client``. Every botocore error is mapped in :func:`_unavailable`, which names the table, the
+operation and the error code, never a value.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
+from tollway import aws
 from tollway.audit.events import AuditEvent
 from tollway.exceptions import aws_error_code
 from tollway.metering.exceptions import UsageLedgerUnavailable
 from tollway.metering.layout import Increment, day_range, plan
-from tollway.metering.ledger import ApplyResult, LedgerSettings
 from tollway.metering.query import UsageQuery, UsageRow, rows_from_items, source_partition
 from tollway.metering.record import usage_record
+from tollway.metering.store.base import ApplyResult, LedgerSettings
 
-__all__ = ["DynamoDBUsageLedger", "dynamodb_client"]
+__all__ = ["DynamoDBUsageLedger"]
 
 _CANCELLED: Final = "TransactionCanceledException"
 _CONDITION_FAILED: Final = "ConditionalCheckFailed"
 _MAX_PAGES: Final = 1000
 _REASONS: Final = re.compile(r"\[([A-Za-z, ]+)\]")
-
-
-@functools.lru_cache(maxsize=8)
-def dynamodb_client(endpoint: str | None, region: str | None) -> Any:
-    """A botocore DynamoDB client (bounded timeouts, standard retries), one per endpoint and region."""
-    from botocore.config import Config
-    from botocore.exceptions import BotoCoreError
-    from botocore.session import get_session
-
-    config = Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 3, "mode": "standard"})
-    try:
-        return get_session().create_client("dynamodb", region_name=region, endpoint_url=endpoint, config=config)
-    except BotoCoreError as exc:  # no region configured, say
-        raise UsageLedgerUnavailable(f"no DynamoDB client: {type(exc).__name__}") from None
 
 
 def _reasons(exc: Exception) -> list[str]:
@@ -125,7 +111,7 @@ def _update(table: str, inc: Increment) -> dict[str, Any]:
 
 
 class DynamoDBUsageLedger:
-    """``client`` (a botocore DynamoDB client) is for tests; otherwise :func:`dynamodb_client` on first use."""
+    """``client`` (a botocore DynamoDB client) is for tests; otherwise one from :mod:`tollway.aws` on first use."""
 
     def __init__(self, settings: LedgerSettings, *, client: Any | None = None) -> None:
         self.settings = settings
@@ -138,9 +124,22 @@ class DynamoDBUsageLedger:
         return cls(LedgerSettings.from_env(environ))
 
     def _dynamodb(self) -> Any:
+        """The client: bounded timeouts, standard retries (3 after the first attempt), built on first use."""
         with self._lock:
             if self._client is None:
-                self._client = dynamodb_client(self.settings.endpoint, self.settings.region)
+                from botocore.exceptions import BotoCoreError
+
+                try:
+                    self._client = aws.client(
+                        "dynamodb",
+                        region=self.settings.region,
+                        endpoint=self.settings.endpoint,
+                        connect_timeout_s=5,
+                        read_timeout_s=10,
+                        retries=3,
+                    )
+                except BotoCoreError as exc:  # no region configured, say
+                    raise UsageLedgerUnavailable(f"no DynamoDB client: {type(exc).__name__}") from None
             return self._client
 
     def apply(self, event: AuditEvent) -> ApplyResult:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from tollway.governance.lease_stores.store import check_take
+from tollway.governance.store.base import check_take
 
 __all__ = ["MemoryLeaseStore"]
 

@@ -1,22 +1,21 @@
 """The snapshot store on S3 (the stage's versioned ``pricing`` bucket), and a reader of ``s3://`` objects.
 
-boto3 is imported inside functions, never at module level: the core library ships as a Lambda
-layer and the gateway imports pricing without S3. Clients come from :func:`s3_client`, cached
-per endpoint and region, so a warm Lambda reuses one and tests can pass their own.
-
-This module is not re-exported by :mod:`tollway.pricing`, so importing the catalog never pulls
-in boto3 (import-linter forbids boto3 in the request-path packages).
+botocore is imported inside functions, never at module level: the core library ships as a Lambda
+layer and the gateway imports pricing without S3. Clients come from :func:`s3_client`, which takes
+them from :func:`tollway.aws.client`, one per endpoint and region, so a warm Lambda reuses one and
+tests can pass their own. No boto3 anywhere (import-linter forbids it in the request-path packages,
+which import the catalog).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tollway import aws
 from tollway.exceptions import aws_error_code
 from tollway.pricing.errors import SnapshotStoreError
 from tollway.pricing.publish import DEFAULT_PREFIX
@@ -58,21 +57,20 @@ class StoreSettings(BaseModel):
             raise SnapshotStoreError(f"invalid pricing store settings: {fields}") from None
 
 
-@functools.lru_cache(maxsize=8)
 def s3_client(endpoint: str | None = None, region: str | None = None) -> Any:
-    """A boto3 S3 client for ``endpoint`` (path-style addressing, bounded timeouts and retries)."""
-    import boto3
-    from botocore.config import Config
+    """An S3 client for ``endpoint`` (path-style addressing, bounded timeouts and retries), built once."""
     from botocore.exceptions import BotoCoreError
 
-    config = Config(
-        connect_timeout=5,
-        read_timeout=20,
-        retries={"max_attempts": 3, "mode": "standard"},
-        s3={"addressing_style": "path"},
-    )
     try:
-        return boto3.client("s3", endpoint_url=endpoint, region_name=region, config=config)
+        return aws.client(
+            "s3",
+            region=region,
+            endpoint=endpoint,
+            connect_timeout_s=5,
+            read_timeout_s=20,
+            retries=3,
+            s3_path_style=True,
+        )
     except BotoCoreError as exc:
         raise SnapshotStoreError(f"no S3 client: {type(exc).__name__}") from None
 
@@ -140,6 +138,6 @@ class S3SnapshotStore:
 
 
 if TYPE_CHECKING:
-    from tollway.pricing.store import SnapshotStore
+    from tollway.pricing.store.base import SnapshotStore
 
     _s3_is_a_store: type[SnapshotStore] = S3SnapshotStore

@@ -13,10 +13,10 @@ is ``ADD granted -:n`` if ``granted >= :n``: a counter never goes negative (an i
 already removed simply stays removed).
 
 botocore runs in a small dedicated thread pool, so a slow DynamoDB never blocks the event loop nor
-starves the loop's default executor. The client is built on first use, in that pool, and botocore
-is imported there too: nothing AWS-related happens at import. (botocore rather than boto3: the
-governance layer does not import boto3, see the import-linter contracts in ``pyproject.toml``.)
-Every botocore error becomes :class:`LeaseStoreUnavailable` in :func:`_unavailable`.
+starves the loop's default executor. The clients come from :func:`tollway.aws.client` on first use,
+in that pool, and botocore is imported there too: nothing AWS-related happens at import. (botocore
+rather than boto3: the governance layer does not import boto3, see the import-linter contracts in
+``pyproject.toml``.) Every botocore error becomes :class:`LeaseStoreUnavailable` in :func:`_unavailable`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tollway import aws
 from tollway.exceptions import aws_error_code
-from tollway.governance.lease_stores.store import LeaseStoreUnavailable, check_take
+from tollway.governance.store.base import LeaseStoreUnavailable, check_take
 
 __all__ = ["DynamoDBLeaseStore", "LeaseStoreSettings"]
 
@@ -116,17 +117,14 @@ class DynamoDBLeaseStore:
         """
         with self._client_lock:
             if retry not in self._clients:
-                from botocore.config import Config
-                from botocore.session import get_session
-
                 s = self.settings
-                config = Config(
-                    connect_timeout=s.connect_timeout_s,
-                    read_timeout=s.read_timeout_s,
-                    retries={"max_attempts": s.max_attempts if retry else 1, "mode": "standard"},
-                )
-                self._clients[retry] = get_session().create_client(
-                    "dynamodb", region_name=s.region, endpoint_url=s.endpoint, config=config
+                self._clients[retry] = aws.client(
+                    "dynamodb",
+                    region=s.region,
+                    endpoint=s.endpoint,
+                    connect_timeout_s=s.connect_timeout_s,
+                    read_timeout_s=s.read_timeout_s,
+                    retries=s.max_attempts if retry else 1,
                 )
             return self._clients[retry]
 

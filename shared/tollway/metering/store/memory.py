@@ -8,9 +8,9 @@ from typing import Any
 
 from tollway.audit.events import AuditEvent
 from tollway.metering.layout import day_range, plan
-from tollway.metering.ledger import DEFAULT_RETENTION_DAYS, ApplyResult
 from tollway.metering.query import UsageQuery, UsageRow, rows_from_items, source_partition
 from tollway.metering.record import usage_record
+from tollway.metering.store.base import DEFAULT_RETENTION_DAYS, ApplyResult
 
 __all__ = ["MemoryUsageLedger"]
 

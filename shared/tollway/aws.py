@@ -1,0 +1,147 @@
+"""One botocore client per service and settings, built on first use and shared by the whole process.
+
+Every store and sink that talks to AWS gets its client here: the audit store and the usage ledger
+(DynamoDB), the lease store (DynamoDB: one client with retries, one without), the pricing store
+(S3) and the audit shipper's SQS sink. A botocore client is thread-safe and keeps its own
+connection pool, so one per distinct settings is enough. Building one loads the service's model,
+which costs tens of milliseconds of CPU with the GIL held, so it is done once, under a lock, and the
+client is reused: by the next store built with the same settings, and by a warm Lambda's next
+invocation. The clients come from one botocore session, so a service's model is loaded once even
+when several settings need their own client of it.
+
+Each use passes its own timeouts, retries and pool size. They are part of the cache key: two uses
+with different needs (the lease store's tight timeouts, the audit writer's wide pool) never share a
+client. ``endpoint`` and ``region`` default to ``AWS_ENDPOINT_URL`` and to ``AWS_REGION``, then
+``AWS_DEFAULT_REGION``, the order every store's settings read them in; the environment is read at
+each call, so a changed environment gets a client of its own rather than a stale one.
+
+At import this module needs only the standard library, and it imports botocore, never boto3, when
+the first client is built: the Lambda extension imports the audit shipper (and so this module) with
+only the standard library and the runtime's boto3, and the governance layer may not import boto3 at
+all (the import-linter contracts in ``pyproject.toml``). Errors from botocore (no region, partial
+credentials) propagate: each caller maps them to its own error.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+__all__ = ["Credentials", "cache_clear", "cache_size", "client"]
+
+DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
+DEFAULT_READ_TIMEOUT_S: Final = 10.0
+DEFAULT_RETRIES: Final = 3
+DEFAULT_MAX_POOL_CONNECTIONS: Final = 10
+"""botocore's own default."""
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """Keys given explicitly (the SQS sink's, from the environment it is handed); ``repr`` shows none of them."""
+
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Credentials | None:
+        """``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` and ``AWS_SESSION_TOKEN`` of ``env``;
+        ``None`` when it holds none of them, so botocore's default chain applies."""
+        found = cls(env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY"), env.get("AWS_SESSION_TOKEN"))
+        return found if found != cls() else None
+
+
+_Key = tuple[str, str | None, str | None, float, float, int, int, bool, Credentials | None]
+
+_clients: dict[_Key, Any] = {}
+_lock = threading.Lock()
+_session: Any = None
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(name, "").strip() or None
+
+
+def client(
+    service: str,
+    *,
+    region: str | None = None,
+    endpoint: str | None = None,
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    retries: int = DEFAULT_RETRIES,
+    max_pool_connections: int = DEFAULT_MAX_POOL_CONNECTIONS,
+    s3_path_style: bool = False,
+    credentials: Credentials | None = None,
+) -> Any:
+    """The botocore client of ``service`` for these settings: the same object for the same settings.
+
+    ``retries`` counts the retries after the first attempt, as botocore's
+    ``retries={"max_attempts": n}`` does (standard retry mode): 0 sends a call once, 1 up to twice.
+    ``s3_path_style`` addresses buckets in the path (an emulator has no per-bucket host names).
+    ``credentials`` ``None`` is botocore's default chain.
+    """
+    key: _Key = (
+        service,
+        endpoint or _env("AWS_ENDPOINT_URL"),
+        region or _env("AWS_REGION") or _env("AWS_DEFAULT_REGION"),
+        connect_timeout_s,
+        read_timeout_s,
+        retries,
+        max_pool_connections,
+        s3_path_style,
+        credentials,
+    )
+    found = _clients.get(key)  # a dict read is atomic: the hot path takes no lock
+    if found is not None:
+        return found
+    with _lock:
+        found = _clients.get(key)
+        if found is None:
+            found = _clients[key] = _build(key)
+        return found
+
+
+def _build(key: _Key) -> Any:
+    """A new client; called under the lock (creating clients from one botocore session is not thread-safe)."""
+    from botocore.config import Config
+    from botocore.session import get_session
+
+    global _session
+    service, endpoint, region, connect_timeout_s, read_timeout_s, retries, pool, path_style, credentials = key
+    config = Config(
+        connect_timeout=connect_timeout_s,
+        read_timeout=read_timeout_s,
+        retries={"max_attempts": retries, "mode": "standard"},
+        max_pool_connections=pool,
+        s3={"addressing_style": "path"} if path_style else None,
+    )
+    if _session is None:
+        _session = get_session()
+    keys = credentials or Credentials()
+    return _session.create_client(
+        service,
+        region_name=region,
+        endpoint_url=endpoint,
+        config=config,
+        aws_access_key_id=keys.access_key_id,
+        aws_secret_access_key=keys.secret_access_key,
+        aws_session_token=keys.session_token,
+    )
+
+
+def cache_size() -> int:
+    """How many clients are built (tests check that importing a handler builds none)."""
+    return len(_clients)
+
+
+def cache_clear() -> None:
+    """Forget every client and the session (tests; a client in use keeps working)."""
+    global _session
+    with _lock:
+        _clients.clear()
+        _session = None
