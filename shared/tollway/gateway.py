@@ -34,7 +34,6 @@ from tollway.canonical import (
     ToolCallDelta,
     Usage,
     UsageEvidence,
-    estimate_request_tokens,
     estimate_tokens,
 )
 from tollway.config.root import PublishedRoot
@@ -105,6 +104,10 @@ class RequestContext:
     """Set when the audit trail is on: told of each attempt before dispatch and when it settles."""
     governance: Admitted | None = None
     """What admission reserved for this request (``None``: no policy applies to its key and alias)."""
+    input_tokens: int = 0
+    """The request's input-token estimate, computed once when it is decoded: the alias's input
+    bound, the reservation and the usage fallback all read it (each estimate re-serializes
+    every tool schema)."""
     reserved_tokens: int = 0
     """The input estimate plus the maximum output: what a dispatch takes from its quota group's TPM."""
     route_bucket: str | None = None
@@ -179,16 +182,19 @@ class CommittedStream:
             raise UpstreamError(UpstreamCategory.MALFORMED, detail="undecodable stream event")
         attempt.skipped_events = 1
 
+    def final_usage(self) -> Usage:
+        """The stream's usage: what the provider reported, else (once, for the client's usage frame,
+        the budget and the audit trail alike) a local estimate of what was sent and streamed."""
+        usage = self._ctx.usage
+        if usage is None:
+            usage = self._ctx.usage = local_usage(self._ctx.input_tokens, self.output_chars)
+        return usage
+
     async def aclose(self, error: BaseException | None = None) -> None:
         """Close the upstream call (cancelling it if still open) and settle the attempt."""
         if self._live:
             self._settle(error)
-        if self._ctx.usage is None:
-            self._ctx.usage = Usage(
-                prompt_tokens=0,
-                completion_tokens=estimate_tokens(self.output_chars),
-                evidence=UsageEvidence.LOCAL_ESTIMATE,
-            )
+        self.final_usage()
         await self._stack.aclose()
 
     def _settle(self, error: BaseException | None) -> None:
@@ -207,6 +213,16 @@ class CommittedStream:
             health.on_abandon(ticket=attempt.ticket)
         if self._ctx.audit is not None:
             self._ctx.audit.attempt_finished(self._ctx, attempt)
+
+
+def local_usage(input_tokens: int, output_chars: int) -> Usage:
+    """The usage of an answer its provider reported none for: the input estimate, and the output
+    estimated from what was received. The one fallback, for buffered answers and streams."""
+    return Usage(
+        prompt_tokens=input_tokens,
+        completion_tokens=estimate_tokens(output_chars),
+        evidence=UsageEvidence.LOCAL_ESTIMATE,
+    )
 
 
 class _Resumed(NamedTuple):
@@ -410,11 +426,7 @@ class Gateway:
 
         response = await self._run(ctx, attempt)
         if response.usage is None:
-            response.usage = Usage(
-                prompt_tokens=estimate_request_tokens(req),
-                completion_tokens=estimate_tokens(len(response.content or "")),
-                evidence=UsageEvidence.LOCAL_ESTIMATE,
-            )
+            response.usage = local_usage(ctx.input_tokens, len(response.content or ""))
         ctx.usage = response.usage
         return response
 

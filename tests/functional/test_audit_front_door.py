@@ -20,7 +20,6 @@ import pytest
 from tests.functional.test_audit_gateway import KEY, LIMITS, Harness, _harness, config_path, mock
 from tollway.audit.events import decode_event
 from tollway.audit.wal import WalReader
-from tollway.config.schema import AuditConfig
 
 __all__ = ["config_path", "mock"]  # fixtures, used by name
 
@@ -117,13 +116,13 @@ async def _stream_with_done_probe(durable: Harness, tmp_path: Path) -> list[str]
 
 
 async def test_done_waits_for_the_durable_terminal_event_when_asked(durable: Harness, tmp_path: Path) -> None:
-    durable.app.state.runtime.audit_config = AuditConfig(durability="local-durable", terminalCommitBeforeDone=True)
+    durable.app.state.runtime.pipeline.hold_done = True  # audit.terminalCommitBeforeDone under local-durable
     at_done = await _stream_with_done_probe(durable, tmp_path)
     assert at_done[0] == "request_admitted" and at_done[-1] == "request_finished"
 
 
 async def test_done_goes_first_by_default(durable: Harness, tmp_path: Path) -> None:
-    durable.app.state.runtime.audit_config = AuditConfig(durability="local-durable")
+    durable.app.state.runtime.pipeline.hold_done = False  # the default
     at_done = await _stream_with_done_probe(durable, tmp_path)
     assert "request_admitted" in at_done and "request_finished" not in at_done
     await wait_for_kind(tmp_path, "request_finished", 1)

@@ -117,7 +117,7 @@ async def _harness(config_path: Path, tmp_path: Path, *, durable: bool, limits: 
         content_mode="metadata-only",
     )
     runtime = app.state.runtime
-    runtime.audit = AuditPipeline(recorder=recorder, writer=writer, shipper=None)
+    runtime.attach_audit(AuditPipeline(recorder=recorder, writer=writer, shipper=None))
     transport = httpx.ASGITransport(app=app)
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:

@@ -14,7 +14,7 @@ import yaml
 
 from tollway.cloud.local import LocalCloud
 from tollway.pricing import ModelPrice, PricingSnapshot, Rates, publish
-from tollway.pricing.s3 import S3SnapshotStore
+from tollway.pricing.store import S3SnapshotStore
 from tollway.server.app import create_app
 
 pytestmark = pytest.mark.local_cloud

@@ -26,9 +26,8 @@ from tollway.canonical import (
     ToolCall,
     ToolChoice,
     ToolDefinition,
-    estimate_request_tokens,
 )
-from tollway.exceptions import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
+from tollway.exceptions import InvalidRequest, UnsupportedParameter
 from tollway.routing.plan import AliasPlan
 
 __all__ = ["ParsedEnvelope", "parse_body", "to_canonical"]
@@ -352,8 +351,4 @@ def to_canonical(env: ParsedEnvelope, plan: AliasPlan) -> CanonicalRequest:
         extensions=extensions,
     )
     _apply_options(req, body, plan)
-    if estimate_request_tokens(req) > plan.max_input_tokens:
-        raise ContextLengthExceeded(
-            f"The request exceeds this model's input limit of {plan.max_input_tokens} tokens.", param="messages"
-        )
     return req

@@ -14,10 +14,11 @@ import dataclasses
 import hashlib
 import itertools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING, TypeAlias
 
 import orjson
 
@@ -43,6 +44,10 @@ from tollway.routing.strategies import (
 )
 from tollway.secrets import SecretResolver
 from tollway.transport import Transport, TransportSettings, build_transport
+from tollway.transport.base import TransportFactory
+
+if TYPE_CHECKING:
+    from tollway.pipeline.stage import Stage
 
 __all__ = [
     "ASSISTANT_PREFILL",
@@ -102,6 +107,10 @@ class PublishedRoot:
 
     def __repr__(self) -> str:
         return f"PublishedRoot(generation={self.generation}, digest={self.digest[:12]})"
+
+
+StageCompiler: TypeAlias = "Callable[[PublishedRoot, AliasPlan], tuple[Stage, ...]]"
+"""What ``Publisher.stages`` is: an alias plan's stages, in order, for the root being published."""
 
 
 class RootHolder:
@@ -167,6 +176,8 @@ class Publisher:
 
     resolver: SecretResolver = field(default_factory=SecretResolver)
     health: HealthRegistry = field(default_factory=HealthRegistry)
+    transport_factory: TransportFactory = build_transport
+    """Builds each provider's pooled client; tests pass one whose deployments answer from a script."""
     _transports: dict[str, tuple[str, Transport]] = field(default_factory=dict)
     _open: list[Transport] = field(default_factory=list)
     """Every transport built and not yet closed, including ones a newer root replaced."""
@@ -175,12 +186,26 @@ class Publisher:
     """Where relative pricing file paths resolve (the config file's folder)."""
     published_pricing: PricingSnapshot | None = None
     """The last snapshot loaded from the pricing store; it wins over the config's files on reload."""
+    stages: StageCompiler | None = None
+    """Compiles each alias plan's request stages (``tollway.pipeline.compile``); ``None``: none."""
 
     def with_pricing(self, root: PublishedRoot, snapshot: PricingSnapshot) -> PublishedRoot:
         """A pricing-only update: a new root sharing every other sub-snapshot object with ``root``."""
         self.published_pricing = snapshot
         view = compile_pricing(snapshot, root.aliases, root.pricing.routes)
-        return dataclasses.replace(root, generation=next(self._generation), pricing=view)
+        return self.restage(dataclasses.replace(root, generation=next(self._generation), pricing=view))
+
+    def restage(self, root: PublishedRoot) -> PublishedRoot:
+        """``root`` with its plans' stages compiled again: after a pricing update (which may turn
+        the governance stage on), or once the process's audit recorder is open."""
+        compile_stages = self.stages
+        if compile_stages is None:
+            return root
+        staged = {name: compile_stages(root, plan) for name, plan in root.aliases.items()}
+        if all(staged[name] == plan.stages for name, plan in root.aliases.items()):
+            return root  # nothing changed: the root keeps sharing its plans (a pricing-only update)
+        aliases = {name: dataclasses.replace(plan, stages=staged[name]) for name, plan in root.aliases.items()}
+        return dataclasses.replace(root, aliases=MappingProxyType(aliases))
 
     def publish(self, cfg: RouterConfig) -> PublishedRoot:
         """Compile ``cfg`` (already validated) into a new root. Raises ``ConfigError``."""
@@ -226,15 +251,17 @@ class Publisher:
         aliases = {m.name: self._plan(m, cfg, deployments, retry, circuit) for m in cfg.models}
         keys = self._keys(cfg)
         snapshot = self.published_pricing or load_pricing_files(cfg, self.config_dir)
-        return PublishedRoot(
-            generation=next(self._generation),
-            digest=digest,
-            limits=limits,
-            aliases=MappingProxyType(aliases),
-            keys=MappingProxyType(keys),
-            deployments=MappingProxyType(deployments),
-            governance=compile_governance(cfg, os.environ.get("TOLLWAY_TABLE_QUOTA_LEASES", "")),
-            pricing=compile_pricing(snapshot, aliases, route_prices(cfg)),
+        return self.restage(
+            PublishedRoot(
+                generation=next(self._generation),
+                digest=digest,
+                limits=limits,
+                aliases=MappingProxyType(aliases),
+                keys=MappingProxyType(keys),
+                deployments=MappingProxyType(deployments),
+                governance=compile_governance(cfg, os.environ.get("TOLLWAY_TABLE_QUOTA_LEASES", "")),
+                pricing=compile_pricing(snapshot, aliases, route_prices(cfg)),
+            )
         )
 
     def _deployments(self, cfg: RouterConfig) -> dict[str, Deployment]:
@@ -264,7 +291,7 @@ class Publisher:
             if cached is not None and cached[0] == fingerprint:
                 transport = cached[1]
             else:
-                transport = build_transport(cfg.httpClient, settings, auth)
+                transport = self.transport_factory(cfg.httpClient, settings, auth)
                 self._open.append(transport)
                 self._transports[pid] = (fingerprint, transport)
             out[pid] = Deployment(

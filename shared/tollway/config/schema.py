@@ -185,7 +185,7 @@ class AdmissionConfig(_Model):
     overloadStatus: Literal[429, 503] = 503
     maxEventLoopLagMs: int = 50
     """Shed new requests while the process's event loop lags more than this, sustained and from its
-    own work (``server.runtime.Admission``); 0 turns it off."""
+    own work (``tollway.pipeline.admission.Admission``); 0 turns it off."""
     streamBufferEvents: int = 32
     streamSetupTimeoutMs: int = 5000
     maxStreamLifetimeMs: int = 120000

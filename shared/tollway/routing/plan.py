@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tollway.providers.base import ProviderCodec, ProviderFormat, Target
 from tollway.routing.health import DeploymentHealth, OutlierPolicy
 from tollway.routing.retry import RetryPolicy
 from tollway.routing.strategies import RouteDecision, SelectionInput, Strategy, WeightedRandom, decide
 from tollway.transport.base import Transport
+
+if TYPE_CHECKING:
+    from tollway.pipeline.stage import Stage
 
 __all__ = ["AliasPlan", "Deployment", "RetryPolicy", "RouteTarget"]
 
@@ -78,6 +82,9 @@ class AliasPlan:
     stream_recovery: str = "none"
     """``none`` or ``continue`` (``streamRecovery``): may a text stream cut after its first token
     continue on another route with an assistant prefill."""
+    stages: tuple[Stage, ...] = ()
+    """The request stages this alias runs, in order, compiled in at publication
+    (``tollway.pipeline.compile``): a stage the root does not enable is not here at all."""
 
     def serves(self, regions: frozenset[str]) -> bool:
         """Whether some route may process traffic restricted to ``regions`` (empty: no restriction)."""

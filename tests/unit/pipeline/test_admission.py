@@ -13,8 +13,8 @@ import yaml
 from tollway.config import load_config
 from tollway.config.root import PublishedRoot, Publisher
 from tollway.exceptions import ConfigError, Overloaded
+from tollway.pipeline.admission import Admission
 from tollway.secrets import SecretResolver
-from tollway.server.runtime import Admission
 
 
 def compile_root(tmp_path: Path, **router: Any) -> PublishedRoot:

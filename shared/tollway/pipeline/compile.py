@@ -1,0 +1,33 @@
+"""Which stages an alias plan runs, decided once at publication.
+
+The order is fixed: governance first (it may refuse, and it settles the cost the audit stage
+records), the audit recorder last (its first event goes in only once every other stage accepted
+the request). Capabilities that come later (PII, guardrails, capture) slot in between. A stage
+the root does not enable is left out of the plan, so a request never asks whether it is on.
+"""
+
+from __future__ import annotations
+
+from tollway.config.root import PublishedRoot, StageCompiler
+from tollway.governance.meter import Governor
+from tollway.pipeline.stage import Stage
+from tollway.pipeline.stages.audit import AuditStage
+from tollway.pipeline.stages.governance import GovernanceStage
+from tollway.routing.plan import AliasPlan
+
+__all__ = ["stage_compiler"]
+
+
+def stage_compiler(governor: Governor | None, audit: AuditStage | None) -> StageCompiler:
+    """The compiler ``Publisher.stages`` runs for every plan of every root it publishes."""
+    governance = GovernanceStage(governor) if governor is not None else None
+
+    def compile_stages(root: PublishedRoot, plan: AliasPlan) -> tuple[Stage, ...]:
+        stages: list[Stage] = []
+        if governance is not None and (root.governance.enabled or root.pricing.snapshot is not None):
+            stages.append(governance)
+        if audit is not None:
+            stages.append(audit)
+        return tuple(stages)
+
+    return compile_stages

@@ -1,0 +1,418 @@
+"""One request from authentication to the audit trail's last event.
+
+    authenticate → admit (permits) → decode (front end) → resolve and check eligibility
+    → input estimate and the alias's bound → stages' before (governance, …, audit)
+    → attempts (gateway: routing, codecs, transports) → stages' after / stream transforms
+    → encode (front end) → stages' finish (settle, terminal audit event), access log, release
+
+:class:`Pipeline` runs it; :class:`_Lifecycle` is the one guarantee of release: whatever ends
+the request (an answer, an error, a timeout, a client that left, a cancellation, an exception
+in any stage), its permits are released, every stage that began is finished, and the access log
+and audit trail get their last line, exactly once. A stream hands its lifecycle to its
+:class:`_StreamSession`, which ends it when the response closes.
+
+The pipeline knows no HTTP: the route hands it an :class:`Inbound` (headers it needs, a body
+reader, a disconnect signal) and renders the :class:`Reply` or :class:`StreamReply` it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import orjson
+
+from tollway.canonical import CanonicalResponse, StreamEvent, estimate_request_tokens
+from tollway.config.root import GatewayLimits, PublishedRoot, RootHolder
+from tollway.exceptions import (
+    AuthenticationFailed,
+    ContextLengthExceeded,
+    DeadlineExceeded,
+    GatewayError,
+    ModelNotFound,
+    PermissionDenied,
+    TollwayError,
+    UnsupportedMediaType,
+    UpstreamError,
+)
+from tollway.gateway import CommittedStream, Gateway, RequestContext
+from tollway.governance.principals import Principal, authenticate
+from tollway.pipeline.admission import Admission
+from tollway.pipeline.frontend import FrontEnd, ResponseMeta, StreamEncoder
+from tollway.pipeline.stage import Call, Stage, StreamTransform
+from tollway.pipeline.stages.audit import AuditStage
+from tollway.routing.plan import AliasPlan
+
+__all__ = ["ClientGone", "Inbound", "Pipeline", "Reply", "StreamReply"]
+
+access_log = logging.getLogger("tollway.access")
+
+_JSON = "application/json"
+
+
+class ClientGone(TollwayError):
+    """The client disconnected before its answer: the request ends as a 499."""
+
+
+@dataclass(slots=True, frozen=True)
+class Inbound:
+    """What the pipeline needs of one HTTP request, and nothing of the framework."""
+
+    request_id: str
+    authorization: Sequence[str]
+    """Every ``Authorization`` header value (two are refused: a proxy could pick the caller)."""
+    content_type: str
+    session_id: str | None
+    read_body: Callable[[int, float], Awaitable[bytes]]
+    """Reads the body within ``(max_bytes, timeout_s)``; raises the client's error, or :class:`ClientGone`."""
+    disconnected: Callable[[], Awaitable[None]]
+    """Returns once the client has disconnected (called only after the body is read)."""
+
+
+@dataclass(slots=True, frozen=True)
+class Reply:
+    status: int
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class StreamReply:
+    frames: AsyncGenerator[bytes, None]
+    on_close: Callable[[], Awaitable[None]]
+    """Runs once when the response ends, however it ends; it ends the request's lifecycle."""
+    limits: GatewayLimits
+    lifetime_frame: bytes
+    """The error frame sent when the stream outlives ``maxStreamLifetimeMs``."""
+
+
+@dataclass(slots=True)
+class Counters:
+    """Answers that leave no audit record of their own, counted per process for ``/healthz``."""
+
+    unauthenticated: int = 0
+    """401s: an unauthenticated caller has no principal to record a request under."""
+
+
+def model_not_found(model: str) -> ModelNotFound:
+    """The same answer for an alias that does not exist and one the caller may not see."""
+    return ModelNotFound(f"The model '{model[:200]}' does not exist or you do not have access to it.")
+
+
+class Pipeline:
+    """The request path of one process: its admission, its gateway, and the active root's plans."""
+
+    def __init__(
+        self,
+        holder: RootHolder,
+        admission: Admission,
+        gateway: Gateway,
+        *,
+        audit: AuditStage | None = None,
+        hold_done: bool = False,
+    ) -> None:
+        self.holder = holder
+        self.admission = admission
+        self.gateway = gateway
+        self.audit = audit
+        """Records requests refused before their plan's stages ran; also the attempts' audit hook."""
+        self.hold_done = hold_done
+        """``terminalCommitBeforeDone`` under local-durable: a stream's end frame waits for its
+        terminal audit event to be durable, so a client that saw it has a complete record."""
+        self.counters = Counters()
+
+    def authenticate(self, authorization: Sequence[str], root: PublishedRoot) -> Principal:
+        """The caller's principal. Two ``Authorization`` headers are refused, not resolved by order:
+        a proxy that adds one in front of the client's would otherwise decide who the caller is."""
+        if len(authorization) > 1:
+            self.counters.unauthenticated += 1
+            raise AuthenticationFailed("Send exactly one Authorization header.")
+        try:
+            return authenticate(authorization[0] if authorization else None, root.keys)
+        except AuthenticationFailed:
+            self.counters.unauthenticated += 1
+            raise
+
+    async def run(self, front: FrontEnd, inbound: Inbound) -> Reply | StreamReply:
+        """Serve one request in ``front``'s format; every error becomes that format's envelope."""
+        root = self.holder.root
+        call = Call(inbound.request_id)
+        life = _Lifecycle(self, call, root)
+        try:
+            async with life:
+                return await self._serve(front, inbound, root, call, life)
+        except GatewayError as err:
+            reply = front.encode_error(err)
+            return Reply(reply.status, reply.body, reply.headers)
+        except ClientGone:
+            return Reply(499, b"")
+
+    async def _serve(
+        self, front: FrontEnd, inbound: Inbound, root: PublishedRoot, call: Call, life: _Lifecycle
+    ) -> Reply | StreamReply:
+        principal = call.principal = self.authenticate(inbound.authorization, root)
+        if inbound.content_type.split(";", 1)[0].strip().lower() != _JSON:
+            raise UnsupportedMediaType()
+        await self.admission.enter(root)
+        life.permit = True
+        limits = root.limits
+        raw = await inbound.read_body(limits.max_request_body_bytes, limits.body_read_timeout_s)
+        creq = front.decode(raw, life.resolve)
+        plan = call.alias
+        assert plan is not None
+        input_tokens = estimate_request_tokens(creq)
+        if input_tokens > plan.max_input_tokens:
+            raise ContextLengthExceeded(
+                f"The request exceeds this model's input limit of {plan.max_input_tokens} tokens.", param="messages"
+            )
+        if creq.stream:
+            self.admission.acquire_stream(root)
+            life.stream_permit = True
+        session_id = inbound.session_id
+        ctx = call.ctx = RequestContext(
+            request_id=call.request_id,
+            principal=principal,
+            root=root,
+            plan=plan,
+            deadline=asyncio.get_running_loop().time() + limits.request_timeout_s,
+            session_id=session_id[:128] if session_id else None,
+            audit=self.audit.recorder if self.audit is not None else None,
+            input_tokens=input_tokens,
+        )
+        call.request = creq
+        for stage in plan.stages:
+            await stage.before(call)
+            life.entered += 1
+        meta = ResponseMeta(call.request_id, int(time.time()), "")
+        if creq.stream:
+            async with _cancel_on_disconnect(inbound.disconnected):
+                committed = await self.gateway.open_stream(ctx, creq)
+            meta = ResponseMeta(meta.request_id, meta.created, ctx.response_model)
+            encoder = front.encode_stream(meta, creq)
+            lifetime_frame = encoder.error(DeadlineExceeded("The stream exceeded its maximum lifetime."))
+            session = _StreamSession(life, committed, encoder, _transforms(plan.stages, call))
+            return StreamReply(session.frames(), session.close, limits, lifetime_frame)
+        async with _cancel_on_disconnect(inbound.disconnected):
+            response = await self.gateway.complete(ctx, creq)
+        await _after(plan.stages, call, response)
+        body = front.encode_response(ResponseMeta(meta.request_id, meta.created, ctx.response_model), response)
+        call.status = 200
+        return Reply(200, body)
+
+
+async def _after(stages: Sequence[Stage], call: Call, response: CanonicalResponse) -> None:
+    for stage in reversed(stages):
+        await stage.after(call, response)
+
+
+def _transforms(stages: Sequence[Stage], call: Call) -> list[StreamTransform]:
+    """The stream's transforms, nearest the provider first; usually none."""
+    out = []
+    for stage in reversed(stages):
+        transform = stage.transform(call)
+        if transform is not None:
+            out.append(transform)
+    return out
+
+
+class _Lifecycle:
+    """The one guarantee of release for one request (see the module docstring).
+
+    As an async context manager it ends the request when the block exits, unless a stream
+    took it over (:meth:`detach`); :meth:`end` is idempotent and never raises a stage's error.
+    """
+
+    __slots__ = ("_detached", "_ended", "_root", "call", "entered", "permit", "pipeline", "stream_permit")
+
+    def __init__(self, pipeline: Pipeline, call: Call, root: PublishedRoot) -> None:
+        self.pipeline = pipeline
+        self._root = root
+        self.call = call
+        self.permit = False
+        self.stream_permit = False
+        self.entered = 0
+        """How many of the plan's stages have completed ``before`` (their ``finish`` is owed)."""
+        self._detached = False
+        self._ended = False
+
+    def resolve(self, model: str, stream: bool) -> AliasPlan:
+        """The caller's plan for ``model``; data class and region are hard rules, checked before
+        any provider work and never routed around."""
+        call = self.call
+        principal = call.principal
+        assert principal is not None
+        plan = self._root.aliases.get(model)
+        if plan is None or not principal.may_use(model):
+            raise model_not_found(model)
+        call.alias, call.stream = plan, stream
+        if principal.data_class is not None and principal.data_class not in plan.data_classes:
+            raise PermissionDenied("This model is not approved for your data classification.")
+        if not plan.serves(principal.regions):
+            raise PermissionDenied("No deployment of this model is approved for your regions.")
+        return plan
+
+    def detach(self) -> None:
+        self._detached = True
+
+    async def __aenter__(self) -> _Lifecycle:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        call = self.call
+        if isinstance(exc, GatewayError):
+            call.status, call.code = exc.status, exc.code
+        elif exc is not None and not isinstance(exc, (ClientGone, asyncio.CancelledError)):
+            call.status, call.code = 500, GatewayError.code  # an unexpected error: the 500 envelope follows
+        if exc is None and self._detached:
+            return
+        await self.end()
+
+    async def end(self) -> None:
+        """Finish the stages that began, in plan order, then write the access log and release the
+        permits; or, for a request that never reached its trail's first event, record the refusal."""
+        if self._ended:
+            return
+        self._ended = True
+        call = self.call
+        pipeline = self.pipeline
+        try:
+            if call.alias is not None:
+                for stage in call.alias.stages[: self.entered]:
+                    try:
+                        await stage.finish(call)
+                    except Exception:  # one stage's failure must not cost the others their end
+                        logging.getLogger("tollway.pipeline").exception(
+                            "stage %s failed to finish request %s", stage.name, call.request_id
+                        )
+            if not call.admitted_at and pipeline.audit is not None:
+                pipeline.audit.rejected(call, self._root.digest)
+            _log_access(call)
+        finally:
+            if self.permit:
+                pipeline.admission.release(self.stream_permit)
+            elif self.stream_permit:  # pragma: no cover - a stream permit is only taken after the request permit
+                pipeline.admission.release(True)
+
+
+def _log_access(call: Call) -> None:
+    if not access_log.isEnabledFor(logging.INFO):
+        return
+    record: dict[str, object] = {"request_id": call.request_id, "status": call.status, "stream": bool(call.stream)}
+    principal, ctx = call.principal, call.ctx
+    if principal is not None:
+        record["principal"] = principal.id
+        record["tenant"] = principal.tenant
+    if ctx is not None:
+        record["alias"] = ctx.plan.name
+        record["duration_ms"] = round((time.monotonic() - ctx.received) * 1000, 2)
+        record["attempts"] = [(a.route_id, a.outcome, a.error_category) for a in ctx.attempts]
+        if ctx.usage is not None:
+            record["usage"] = [ctx.usage.prompt_tokens, ctx.usage.completion_tokens, ctx.usage.evidence.value]
+    access_log.info(orjson.dumps(record).decode())
+
+
+@contextlib.asynccontextmanager
+async def _cancel_on_disconnect(disconnected: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
+    """Cancel the enclosed upstream work as soon as the client disconnects.
+
+    One watcher task per request (not per chunk). Cancelling the request's own task unwinds the
+    attempt, which closes the upstream connection; the cancellation becomes :class:`ClientGone`.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        await disconnected()
+        gone = True
+        task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        yield
+    except asyncio.CancelledError:
+        if gone and task.uncancel() == 0:
+            raise ClientGone from None
+        raise
+    finally:
+        watcher.cancel()
+
+
+async def _transformed(
+    events: AsyncIterator[StreamEvent], transforms: list[StreamTransform]
+) -> AsyncIterator[StreamEvent]:
+    """``events`` through each transform in turn; what a transform still holds at the end is
+    flushed through the transforms after it."""
+
+    def through(batch: Iterable[StreamEvent], start: int) -> Iterable[StreamEvent]:
+        for t in transforms[start:]:
+            batch = [out for ev in batch for out in t.feed(ev)]
+        return batch
+
+    async for ev in events:
+        for out in through((ev,), 0):
+            yield out
+    for i, t in enumerate(transforms):
+        for out in through(t.flush(), i + 1):
+            yield out
+
+
+class _StreamSession:
+    """One committed stream's frames, and the end of its lifecycle, which runs exactly once.
+
+    The end is not left to the frame generator's ``finally``: a generator that never started
+    (the client left before the first write) would never run it.
+    """
+
+    __slots__ = ("_closed", "_committed", "_encoder", "_error", "_events", "_hold_done", "_life")
+
+    def __init__(
+        self, life: _Lifecycle, committed: CommittedStream, encoder: StreamEncoder, transforms: list[StreamTransform]
+    ) -> None:
+        life.detach()
+        self._life = life
+        self._committed = committed
+        self._encoder = encoder
+        events = committed.events()
+        self._events = _transformed(events, transforms) if transforms else events
+        self._error: BaseException | None = None
+        self._closed = False
+        self._hold_done = life.pipeline.hold_done and life.call.admitted_at > 0
+
+    async def frames(self) -> AsyncGenerator[bytes, None]:
+        encoder, call = self._encoder, self._life.call
+        try:
+            async for ev in self._events:
+                out = encoder.event(ev)
+                if out:
+                    yield out
+            tail = encoder.end(self._committed.final_usage())
+            if self._hold_done:
+                call.status, call.commit = 200, True
+                await asyncio.shield(self.close())  # a disconnect now must not cut the commit short
+            yield tail
+            call.status = 200
+        except UpstreamError as exc:
+            err = exc.to_stream_error()
+            self._error, call.status, call.code = exc, err.status, err.code
+            yield encoder.error(err)
+        except BaseException as exc:
+            self._error = exc
+            raise
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._committed.aclose(self._error)
+        finally:
+            await self._life.end()

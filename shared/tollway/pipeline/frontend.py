@@ -1,0 +1,75 @@
+"""Client formats as front ends: the mirror of the provider codecs.
+
+A front end turns one client format's request body into the canonical request, and the
+canonical response, stream events and errors back into that format. Front ends are pure: no
+I/O, no clock, no logging; the pipeline owns the request's lifecycle and the route owns HTTP.
+A new client format is one front-end module plus its route.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from tollway.canonical import CanonicalRequest, CanonicalResponse, StreamEvent, Usage
+from tollway.exceptions import GatewayError
+from tollway.routing.plan import AliasPlan
+
+__all__ = ["ErrorReply", "FrontEnd", "Resolve", "ResponseMeta", "StreamEncoder"]
+
+Resolve = Callable[[str, bool], AliasPlan]
+"""The pipeline's alias resolution, handed to :meth:`FrontEnd.decode`: the requested model name
+and whether the request streams in, the caller's alias plan out, or the 404/403 raised. Decoding
+checks the body against the plan, so it has to resolve between parsing and building."""
+
+
+@dataclass(slots=True, frozen=True)
+class ResponseMeta:
+    """What every encoded answer names: its id, creation time and public model."""
+
+    request_id: str
+    created: int
+    model: str
+
+
+@dataclass(slots=True, frozen=True)
+class ErrorReply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+class StreamEncoder(Protocol):
+    """One stream's frames, in order. It may hold a frame back (a finish frame that should leave
+    with the usage and end frames in one write), so every method returns the bytes to write now,
+    possibly empty."""
+
+    def event(self, ev: StreamEvent) -> bytes:
+        """The frames for one canonical event (``b""`` for an event the format does not show)."""
+        ...
+
+    def end(self, usage: Usage) -> bytes:
+        """The stream's last frames after its last event; ``usage`` is final, reported or estimated."""
+        ...
+
+    def error(self, err: GatewayError) -> bytes:
+        """An in-stream error frame that ends the stream after its first token."""
+        ...
+
+
+class FrontEnd(Protocol):
+    """One client format: decode a request, encode a response, a stream, or an error."""
+
+    name: str
+    """The format's name in logs and the audit trail (``openai-chat-completions``)."""
+
+    def decode(self, raw: bytes, resolve: Resolve) -> CanonicalRequest:
+        """The canonical request for body ``raw``; raises the client's ``GatewayError``."""
+        ...
+
+    def encode_response(self, meta: ResponseMeta, resp: CanonicalResponse) -> bytes: ...
+
+    def encode_stream(self, meta: ResponseMeta, req: CanonicalRequest) -> StreamEncoder: ...
+
+    def encode_error(self, err: GatewayError) -> ErrorReply: ...

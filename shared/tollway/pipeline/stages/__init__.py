@@ -1,0 +1,1 @@
+"""The stages Tollway ships: governance (budgets, quotas, concurrency) and the audit recorder."""
