@@ -4,15 +4,16 @@
 
 The event-source mapping hands the writer at most 10 messages, and the shipper packs at most 64
 events a message: the default batch is 640 events. They are built by the gateway's own event
-builders and laid out as the WAL holds them: a gateway taking ``--rps`` buffered, one-attempt
-requests, each answering after a latency (one row per ``--latencies`` value), appends
-``request_admitted`` and ``attempt_started`` at its arrival and ``attempt_finished`` and
-``request_finished`` when it answers, so at 250 ms a request's start and end are about 300
-events apart, in different messages; at 0 they are adjacent. The stream is cut into messages of
-64 events, and each batch of 10 is handed to :func:`functions.audit_writer.handler.build_handler`
-with the DynamoDB store on the embedded local cloud (``tollway.cloud.local``), as the
-event-source runner does. After a warm-up batch (the client and its connections), each of
-``--batches`` batches is timed; every batch must come back without a failed message.
+builders (through ``tests.support.audit_events``, priced) and laid out as the WAL holds them: a
+gateway taking ``--rps`` buffered, one-attempt requests, each answering after a latency (one row
+per ``--latencies`` value), appends ``request_admitted`` and ``attempt_started`` at its arrival
+and ``attempt_finished`` and ``request_finished`` when it answers, so at 250 ms a request's start
+and end are about 300 events apart, in different messages; at 0 they are adjacent. The stream is
+cut into messages of 64 events, and each batch of 10 is handed to
+:func:`functions.audit_writer.handler.build_handler` with the DynamoDB store on the embedded
+local cloud (``tollway.cloud.local``), as the event-source runner does. After a warm-up batch (the
+client and its connections), each of ``--batches`` batches is timed; every batch must come back
+without a failed message.
 
 Prints a markdown table of the median and the slowest batch's wall time, the writer's events per
 second (640 ÷ the median), and the DynamoDB write calls per batch (counted with a botocore event
@@ -26,9 +27,7 @@ import contextlib
 import dataclasses
 import hashlib
 import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -37,7 +36,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Final
 
-from tollway.audit import events as ev
+from bench.cli import non_negative_ints, print_table
+from tests.support.audit_events import admitted, attempt_done, finished, message, started
 from tollway.audit.events import AuditEvent
 
 __all__ = ["batches", "main"]
@@ -47,70 +47,22 @@ MESSAGES_PER_BATCH: Final = 10
 EVENTS_PER_MESSAGE: Final = 64
 """The shipper's message bound (``tollway.audit.messages.MAX_EVENTS``)."""
 FUNCTION_TIMEOUT_S: Final = 20
-DIGEST: Final = "sha256:" + "ab" * 32
 _WRITE_CALLS: Final = ("UpdateItem", "PutItem", "BatchWriteItem", "TransactWriteItems")
+_TABLE: Final = (
+    "request latency | events a batch | write calls a batch | batch wall, median | slowest batch | events/s",
+    "{latency_ms:.0f} ms | {events:.0f} | {writes:.0f} | {wall_s:.2f} s | {max_wall_s:.2f} s | {events_per_s:,.0f}",
+)
 
 
 def _request(rid: str, t0_ms: int, latency_ms: int) -> list[AuditEvent]:
     """One buffered one-attempt request's four events, timestamped as the gateway would."""
-    common: dict[str, Any] = {"request_id": rid, "root_digest": DIGEST}
-    route: dict[str, Any] = {"route_id": "chat/primary", "deployment_id": "dep-a"}
-    made = [
-        ev.request_admitted(
-            **common,
-            principal_id="svc-bench",
-            tenant="acme",
-            team="search",
-            key_id="key-1",
-            alias="chat-fast-v1",
-            stream=False,
-            content_mode="metadata-only",
-            max_attempts=2,
-        ),
-        ev.attempt_started(
-            **common,
-            **route,
-            attempt=1,
-            provider_format="openai-chat-completions",
-            physical_model="gpt-x",
-            reason="first",
-            pricing_version="models.dev@2026-11-28",
-        ),
-        ev.attempt_finished(
-            **common,
-            **route,
-            attempt=1,
-            outcome="ok",
-            error_category=None,
-            upstream_status=200,
-            first_token_ms=float(latency_ms),
-            total_ms=float(latency_ms),
-            connect_ms=0.0,
-        ),
-        ev.request_finished(
-            **common,
-            status=200,
-            outcome="ok",
-            error_code=None,
-            attempts=1,
-            admission_ms=0.4,
-            total_ms=latency_ms + 0.9,
-            usage={"promptTokens": 21, "completionTokens": 34, "totalTokens": 55},
-            usage_evidence="provider-reported",
-            cancellation=None,
-            principal_id="svc-bench",
-            tenant="acme",
-            team="search",
-            key_id="key-1",
-            alias="chat-fast-v1",
-            cost_micro_usd=220,
-            pricing_version="models.dev@2026-11-28",
-            pricing_tier="standard",
-            cost_evidence="provider-reported",
-        ),
+    answered, took = t0_ms + latency_ms, float(latency_ms)
+    return [
+        admitted(rid, t0_ms, stream=False, max_attempts=2),
+        started(rid, 1, t0_ms + 1, priced=True),
+        attempt_done(rid, 1, answered + 1, first_token_ms=took, total_ms=took, connect_ms=0.0),
+        finished(rid, answered + 2, total_ms=took + 0.9, priced=True),
     ]
-    offsets = (0, 1, latency_ms + 1, latency_ms + 2)
-    return [dataclasses.replace(e, ts_ms=t0_ms + off) for e, off in zip(made, offsets, strict=True)]
 
 
 def batches(count: int, *, rps: int, latency_ms: int, t0_ms: int) -> Iterator[list[str]]:
@@ -131,12 +83,7 @@ def batches(count: int, *, rps: int, latency_ms: int, t0_ms: int) -> Iterator[li
     start = in_flight * 2
     for b in range(count):
         chunk = stream[start + b * per_batch : start + (b + 1) * per_batch]
-        yield [_body(chunk[m : m + EVENTS_PER_MESSAGE]) for m in range(0, len(chunk), EVENTS_PER_MESSAGE)]
-
-
-def _body(events: Sequence[AuditEvent]) -> str:
-    """A message as the shipper packs it: the events' own JSON, in order."""
-    return '{"v":1,"events":[' + ",".join(e.encode().decode() for e in events) + "]}"
+        yield [message(chunk[m : m + EVENTS_PER_MESSAGE]) for m in range(0, len(chunk), EVENTS_PER_MESSAGE)]
 
 
 def sqs_event(bodies: Sequence[str], queue_arn: str, region: str) -> dict[str, Any]:
@@ -251,53 +198,22 @@ def measure(
     return rows
 
 
-def render(rows: Sequence[dict[str, float]], context: str) -> str:
-    lines = [
-        context,
-        "",
-        "| request latency | events a batch | write calls a batch | batch wall, median | slowest batch | events/s |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['latency_ms']:.0f} ms | {r['events']:.0f} | {r['writes']:.0f} | {r['wall_s']:.2f} s "
-            f"| {r['max_wall_s']:.2f} s | {r['events_per_s']:,.0f} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _non_negative_ints(text: str) -> list[int]:
-    values = [int(v) for v in text.split(",") if v.strip()]
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError("a comma-separated list of whole numbers")
-    return values
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.audit_writer", description=__doc__.split("\n")[0])
     parser.add_argument("--batches", type=int, default=5, help="timed batches per latency (the median is shown)")
     parser.add_argument("--rps", type=int, default=300, help="the gateway's request rate the stream stands for")
-    parser.add_argument("--latencies", type=_non_negative_ints, default=[250, 0], help="request latencies, ms")
+    parser.add_argument("--latencies", type=non_negative_ints, default=[250, 0], help="request latencies, ms")
     parser.add_argument("--concurrency", type=int, default=None, help="item writes in flight (default: the store's)")
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: the system temp dir)")
     args = parser.parse_args(argv)
     if args.batches < 1 or args.rps < 1:
         parser.error("--batches and --rps must be positive")
-    workdir = Path(tempfile.mkdtemp(prefix="tollway-bench-writer-", dir=args.dir))
-    try:
+    with tempfile.TemporaryDirectory(prefix="tollway-bench-writer-", dir=args.dir, ignore_cleanup_errors=True) as tmp:
         rows = measure(
-            workdir, batch_count=args.batches, rps=args.rps, latencies=args.latencies, concurrency=args.concurrency
+            Path(tmp), batch_count=args.batches, rps=args.rps, latencies=args.latencies, concurrency=args.concurrency
         )
-    finally:
-        import shutil
-
-        shutil.rmtree(workdir, ignore_errors=True)
-    context = (
-        f"`python -m bench.audit_writer --batches {args.batches} --rps {args.rps}`: "
-        f"{MESSAGES_PER_BATCH} messages of {EVENTS_PER_MESSAGE} events a batch, medians of {args.batches}; "
-        f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs."
-    )
-    sys.stdout.write(render(rows, context))
+    setting = f"{MESSAGES_PER_BATCH} messages of {EVENTS_PER_MESSAGE} events a batch, medians of {args.batches}"
+    print_table(f"python -m bench.audit_writer --batches {args.batches} --rps {args.rps}", setting, _TABLE, rows)
     return 0
 
 

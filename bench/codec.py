@@ -19,11 +19,12 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import GenericAlias
+from typing import Any, get_args
 
 import msgspec
 import orjson
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict, create_model
 
 from tollway.api.chat_request import parse_body, to_canonical
 from tollway.routing.plan import AliasPlan, RetryPolicy
@@ -43,84 +44,72 @@ PLAN = AliasPlan(
 )
 
 
-class _PFunction(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
+_Fields = dict[str, Any]
+"""A model's fields, name → type; a field whose type admits ``None`` defaults to it, the others are required."""
 
 
-class _PTool(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: str
-    function: _PFunction
+def _envelope(model: Callable[[str, _Fields], type]) -> type:
+    """The chat request envelope (what ``to_canonical`` reads), as ``model`` builds a model of fields.
+
+    Both libraries' models come from this one table, so they check the same fields and types.
+    """
+    function = model(
+        "Function",
+        {"name": str, "description": str | None, "parameters": dict[str, Any] | None, "strict": bool | None},
+    )
+    tool = model("Tool", {"type": str, "function": function})
+    message = model(
+        "Message",
+        {
+            "role": str,
+            "content": str | list[dict[str, Any]] | None,
+            "name": str | None,
+            "tool_calls": list[dict[str, Any]] | None,
+            "tool_call_id": str | None,
+        },
+    )
+    return model(
+        "Request",
+        {
+            "model": str,
+            "messages": GenericAlias(list, (message,)),
+            "temperature": float | None,
+            "top_p": float | None,
+            "stop": str | list[str] | None,
+            "max_tokens": int | None,
+            "max_completion_tokens": int | None,
+            "stream": bool | None,
+            "stream_options": dict[str, Any] | None,
+            "tools": GenericAlias(list, (tool,)) | None,
+            "tool_choice": str | dict[str, Any] | None,
+            "parallel_tool_calls": bool | None,
+            "response_format": dict[str, Any] | None,
+            "user": str | None,
+            "metadata": dict[str, str] | None,
+        },
+    )
 
 
-class _PMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    role: str
-    content: str | list[dict[str, Any]] | None = None
-    name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
+def _optional(annotation: Any) -> bool:
+    return type(None) in get_args(annotation)
 
 
-class _PRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    model: str
-    messages: list[_PMessage]
-    temperature: float | None = None
-    top_p: float | None = None
-    stop: str | list[str] | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    stream: bool | None = None
-    stream_options: dict[str, Any] | None = None
-    tools: list[_PTool] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
-    user: str | None = None
-    metadata: dict[str, str] | None = None
+def _pydantic_model(name: str, fields: _Fields) -> type:
+    """A pydantic model that forbids unknown fields."""
+    spec: dict[str, Any] = {k: (t, None if _optional(t) else ...) for k, t in fields.items()}
+    model: type = create_model(f"_P{name}", __config__=ConfigDict(extra="forbid"), **spec)
+    return model
 
 
-class _MFunction(msgspec.Struct, forbid_unknown_fields=True):
-    name: str
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
+def _msgspec_struct(name: str, fields: _Fields) -> type:
+    """A msgspec ``Struct`` that forbids unknown fields."""
+    spec = [(k, t, None) if _optional(t) else (k, t) for k, t in fields.items()]
+    struct: type = msgspec.defstruct(f"_M{name}", spec, forbid_unknown_fields=True)
+    return struct
 
 
-class _MTool(msgspec.Struct, forbid_unknown_fields=True):
-    type: str
-    function: _MFunction
-
-
-class _MMessage(msgspec.Struct, forbid_unknown_fields=True):
-    role: str
-    content: str | list[dict[str, Any]] | None = None
-    name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-
-
-class _MRequest(msgspec.Struct, forbid_unknown_fields=True):
-    model: str
-    messages: list[_MMessage]
-    temperature: float | None = None
-    top_p: float | None = None
-    stop: str | list[str] | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    stream: bool | None = None
-    stream_options: dict[str, Any] | None = None
-    tools: list[_MTool] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
-    user: str | None = None
-    metadata: dict[str, str] | None = None
+_PRequest: Any = _envelope(_pydantic_model)
+_MRequest: Any = _envelope(_msgspec_struct)
 
 
 def _msgspec_decoder() -> Callable[[bytes], Any]:

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import resource
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -35,6 +33,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Final
 
+from bench.cli import positive_ints, print_table
 from tests.support import audit_events
 from tollway.audit.ship.shipper import Shipper
 from tollway.audit.ship.sinks import AuditSink, KafkaSink, SqsSink
@@ -44,6 +43,11 @@ __all__ = ["main", "request_events"]
 
 SINKS: Final = ("sqs", "kafka")
 WARMUP_REQUESTS: Final = 50
+_TABLE: Final = (
+    "sink | events per read | events | messages | shipper CPU µs/event | queue service CPU µs/event | wall ms",
+    "{sink} | {read} | {events:,.0f} | {messages:,.0f} | {cpu_us_per_event:.1f} | {service_us_per_event:.1f} "
+    "| {wall_ms:,.0f}",
+)
 
 
 def request_events(count: int) -> Iterator[bytes]:
@@ -162,53 +166,24 @@ def measure(
     return rows
 
 
-def render(rows: Sequence[dict[str, object]], context: str) -> str:
-    lines = [
-        context,
-        "",
-        "| sink | events per read | events | messages | shipper CPU µs/event | queue service CPU µs/event | wall ms |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['sink']} | {r['read']} | {r['events']:,.0f} | {r['messages']:,.0f} | {r['cpu_us_per_event']:.1f} "
-            f"| {r['service_us_per_event']:.1f} | {r['wall_ms']:,.0f} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _positive_ints(text: str) -> list[int]:
-    values = [int(v) for v in text.split(",") if v.strip()]
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("a comma-separated list of positive integers")
-    return values
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ship", description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=5000, help="requests per drain (four events each)")
     parser.add_argument("--repeat", type=int, default=3, help="drains per sink and read size (the median is shown)")
     parser.add_argument("--sinks", default="sqs,kafka", help="comma-separated: sqs, kafka")
-    parser.add_argument("--reads", type=_positive_ints, default=[512, 64], help="events per WAL read, comma-separated")
+    parser.add_argument("--reads", type=positive_ints, default=[512, 64], help="events per WAL read, comma-separated")
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: the system temp dir)")
     args = parser.parse_args(argv)
     sinks = [s.strip() for s in args.sinks.split(",") if s.strip()]
     unknown = [s for s in sinks if s not in SINKS]
     if unknown or not sinks or args.requests < 1 or args.repeat < 1:
         parser.error(f"--sinks takes {', '.join(SINKS)}; --requests and --repeat must be positive")
-    workdir = Path(tempfile.mkdtemp(prefix="tollway-bench-ship-", dir=args.dir))
-    try:
-        rows: list[dict[str, object]] = []
+    rows: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory(prefix="tollway-bench-ship-", dir=args.dir, ignore_cleanup_errors=True) as tmp:
         for name in sinks:
-            rows += measure(name, workdir / name, requests=args.requests, reads=args.reads, repeat=args.repeat)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    context = (
-        f"`python -m bench.ship --requests {args.requests} --repeat {args.repeat}`: {args.requests * 4:,} events a "
-        f"drain, medians of {args.repeat}; {platform.python_implementation()} {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs."
-    )
-    sys.stdout.write(render(rows, context))
+            rows += measure(name, Path(tmp) / name, requests=args.requests, reads=args.reads, repeat=args.repeat)
+    setting = f"{args.requests * 4:,} events a drain, medians of {args.repeat}"
+    print_table(f"python -m bench.ship --requests {args.requests} --repeat {args.repeat}", setting, _TABLE, rows)
     return 0
 
 

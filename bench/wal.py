@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
+import dataclasses
 import sys
 import tempfile
 import threading
@@ -34,8 +33,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from bench.cli import machine, positive_ints
 from bench.stats import Histogram
-from tollway.audit import events
+from tests.support import audit_events
 from tollway.audit.wal import COMMIT_WAIT_BUCKETS_S, WalFull, WalLimits, WalReader, WalWriter
 
 PAYLOAD_BYTES: Final = 768
@@ -48,28 +48,8 @@ def audit_payload(size: int = PAYLOAD_BYTES) -> bytes:
     """A ``request_finished`` event as the gateway encodes it, padded in a body field to ``size`` bytes."""
 
     def encode(pad: str) -> bytes:
-        event = events.request_finished(
-            request_id="req-01J0BENCH0000000000000000",
-            root_digest="sha256:" + "ab" * 32,
-            status=200,
-            outcome="ok",
-            error_code=None,
-            attempts=1,
-            admission_ms=0.412,
-            total_ms=183.207,
-            usage={"prompt_tokens": 812, "completion_tokens": 164, "total_tokens": 976},
-            usage_evidence="provider-reported",
-            cancellation=None,
-            principal_id="p-1",
-            tenant="t-1",
-            team=None,
-            key_id="k-1",
-            alias="chat-fast-v1",
-        )
-        body = dict(event.body, note=pad)
-        return events.AuditEvent(
-            event.event_id, event.kind, event.request_id, event.attempt, event.ts_ms, event.root_digest, body
-        ).encode()
+        event = audit_events.finished("req-01J0BENCH0000000000000000")
+        return dataclasses.replace(event, body=dict(event.body, note=pad)).encode()
 
     base = len(encode(""))
     if base > size:
@@ -250,19 +230,18 @@ def render(throughputs: dict[str, dict[str, float]], waits: Sequence[dict[str, o
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.wal", description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each measured window")
-    parser.add_argument("--appenders", default="1,8,64", help="comma-separated N for the commit-wait runs")
+    parser.add_argument(
+        "--appenders", type=positive_ints, default=[1, 8, 64], help="comma-separated N for the commit-wait runs"
+    )
     parser.add_argument("--dir", type=Path, default=None, help="parent of the scratch WAL directories")
     args = parser.parse_args(argv)
-    counts = [int(n) for n in args.appenders.split(",") if n.strip()]
-    if args.seconds <= 0 or not counts or min(counts) < 1:
-        parser.error("--seconds must be positive and --appenders a list of positive integers")
+    counts: list[int] = args.appenders
+    if args.seconds <= 0:
+        parser.error("--seconds must be positive")
     payload = audit_payload()
     with tempfile.TemporaryDirectory(prefix="tollway-bench-wal-", dir=args.dir) as scratch:
         root = Path(scratch)
-        context = (
-            f"{len(payload)}-byte events, {args.seconds:g} s windows, {_filesystem(root.resolve())}, "
-            f"Python {platform.python_version()}, {os.cpu_count()} CPUs"
-        )
+        context = f"{len(payload)}-byte events, {args.seconds:g} s windows, {_filesystem(root.resolve())}, {machine()}"
         throughputs = {
             "bounded-async": throughput(root / "async", durable=False, seconds=args.seconds, payload=payload),
             "local-durable": throughput(root / "durable", durable=True, seconds=args.seconds, payload=payload),

@@ -13,32 +13,21 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from functions.audit_writer import handler as handler_module
+from tests.support.audit_events import admitted, attempt_done, finished, message, started
+from tests.support.local_queue import WAIT_S, QueueRig, queue_rig
 from tollway.audit import cli
-from tollway.audit import events as ev
 from tollway.audit.events import AuditEvent
 from tollway.audit.store import DEFAULT_RETENTION_DAYS, AuditStore, DynamoDBAuditStore, iso_ts
-from tollway.cloud.bootstrap import Clients, bootstrap
 from tollway.cloud.local import LocalCloud
-from tollway.cloud.resources import Topology, topology
-from tollway.cloud.runner import EventSourceRunner, QueueMapping
+from tollway.cloud.resources import topology
 
 pytestmark = pytest.mark.local_cloud
-
-VISIBILITY_S = 3
-WAIT_S = 30.0
-DIGEST = "sha256:" + "cd" * 32
-
-
-def message(events: Sequence[AuditEvent]) -> str:
-    """A message as the WAL shipper packs it: the events' own JSON, in order."""
-    return '{"v":1,"events":[' + ",".join(e.encode().decode() for e in events) + "]}"
 
 
 def lifecycle(rid: str, principal: str, *, complete: bool, later_ms: int = 0) -> list[AuditEvent]:
@@ -46,148 +35,39 @@ def lifecycle(rid: str, principal: str, *, complete: bool, later_ms: int = 0) ->
 
     ``later_ms`` shifts every timestamp, so that requests built together list in a known order.
     """
-    common: dict[str, Any] = {"request_id": rid, "root_digest": DIGEST}
-    route: dict[str, Any] = {"route_id": "chat/primary", "deployment_id": "dep-a"}
-    fallback: dict[str, Any] = {"route_id": "chat/secondary", "deployment_id": "dep-b"}
     events = [
-        ev.request_admitted(
-            **common,
-            principal_id=principal,
-            tenant="tenant-1",
-            team=None,
-            key_id="key-1",
-            alias="chat",
-            stream=True,
-            content_mode="metadata-only",
-            max_attempts=2,
-        ),
-        ev.attempt_started(
-            **common,
-            **route,
-            attempt=1,
-            provider_format="openai-chat-completions",
-            physical_model="m-a",
-            reason="first",
-        ),
-        ev.attempt_finished(
-            **common,
-            **route,
-            attempt=1,
-            outcome="error",
-            error_category="overloaded",
-            upstream_status=503,
-            first_token_ms=None,
-            total_ms=31.5,
-        ),
-        ev.attempt_started(
-            **common,
-            **fallback,
-            attempt=2,
-            provider_format="anthropic-messages",
-            physical_model="m-b",
-            reason="fallback",
-        ),
+        admitted(rid, principal_id=principal, team=None, max_attempts=2),
+        started(rid, 1, deployment_id="dep-a"),
+        attempt_done(rid, 1, outcome="error", status=503, deployment_id="dep-a"),
+        started(rid, 2, reason="fallback", deployment_id="dep-b"),
     ]
     if complete:
+        # Usage under OpenAI's names, which the readers accept beside the recorder's.
+        usage = {"prompt_tokens": 21, "completion_tokens": 34, "total_tokens": 55}
         events += [
-            ev.attempt_finished(
-                **common,
-                **fallback,
-                attempt=2,
-                outcome="ok",
-                error_category=None,
-                upstream_status=200,
-                first_token_ms=80.25,
-                total_ms=412.0,
-            ),
-            ev.request_finished(
-                **common,
-                status=200,
-                outcome="ok",
-                error_code=None,
-                attempts=2,
-                admission_ms=0.75,
-                total_ms=450.5,
-                usage={"prompt_tokens": 21, "completion_tokens": 34, "total_tokens": 55},
-                usage_evidence="provider-reported",
-                cancellation=None,
-                principal_id="p-1",
-                tenant="t-1",
-                team=None,
-                key_id="k-1",
-                alias="chat-fast-v1",
-            ),
+            attempt_done(rid, 2, first_token_ms=80.25, total_ms=412.0, deployment_id="dep-b"),
+            finished(rid, attempts=2, total_ms=450.5, usage=usage),
         ]
     return [dataclasses.replace(e, ts_ms=e.ts_ms + later_ms) for e in events]
 
 
-@dataclass
-class Rig:
-    topo: Topology
-    runner: EventSourceRunner
-    mapping: QueueMapping
-    sqs: Any
-    ddb: Any
-
-    @property
-    def table(self) -> str:
-        return self.topo.table("audit").name
-
-    def send(self, *bodies: str) -> list[str]:
-        return [self.sqs.send_message(QueueUrl=self.mapping.queue_url, MessageBody=b)["MessageId"] for b in bodies]
-
-    def deliver(self, count: int) -> None:
-        """Poll until ``count`` messages were handled successfully (deleted); every batch must succeed."""
-        deleted = 0
-        deadline = time.monotonic() + WAIT_S
-        while deleted < count:
-            assert time.monotonic() < deadline, f"{deleted} of {count} messages handled within {WAIT_S} s"
-            outcome = self.runner.poll_once(self.mapping, wait_s=1)
-            assert outcome.error is None and outcome.retried == (), outcome
-            deleted += outcome.deleted
-        assert self.visible() == (0, 0)
-
-    def visible(self, url: str | None = None) -> tuple[int, int]:
-        attrs = self.sqs.get_queue_attributes(
-            QueueUrl=url or self.mapping.queue_url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        return int(attrs["ApproximateNumberOfMessages"]), int(attrs["ApproximateNumberOfMessagesNotVisible"])
-
-    def items(self) -> list[dict[str, Any]]:
-        """Every item of the table, raw (DynamoDB's typed JSON), in key order."""
-        found = self.ddb.scan(TableName=self.table, ConsistentRead=True)["Items"]
-        return sorted(found, key=lambda i: (i["pk"]["S"], i["sk"]["S"]))
-
-
 @pytest.fixture
-def rig(cloud: LocalCloud, prefix: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
+def rig(cloud: LocalCloud, prefix: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[QueueRig]:
     full = topology(prefix)
-    queue = dataclasses.replace(full.queue("audit"), visibility_timeout_s=VISIBILITY_S, max_receive_count=2)
-    writer = dataclasses.replace(full.function("audit-writer"), timeout_s=VISIBILITY_S)
-    topo = dataclasses.replace(
-        full, queues=(queue,), tables=(full.table("audit"),), buckets=(), secrets=(), functions=(writer,)
-    )
-    report = bootstrap(topo, endpoint=cloud.endpoint, region=cloud.region, env=cloud.env())
-    # What the function's Lambda environment holds (tollway.cloud's `up` exports the same).
-    for key, value in {**cloud.env(), **topo.environment(report.account, cloud.region)}.items():
-        monkeypatch.setenv(key, value)
-    runner = EventSourceRunner(topo, endpoint=cloud.endpoint, region=cloud.region, env=cloud.env())
-    (mapping,) = runner.mappings
-    assert mapping.handler is handler_module.handler  # the deployed entry point, from the spec's dotted path
-    clients = Clients(cloud.endpoint, cloud.region, cloud.env())
-    yield Rig(topo, runner, mapping, clients.client("sqs"), clients.client("dynamodb"))
-    assert runner.stop(timeout_s=5)
+    writer = full.function("audit-writer")
+    with queue_rig(cloud, monkeypatch, full, queue="audit", table="audit", function=writer) as rig:
+        assert rig.mapping.handler is handler_module.handler  # the deployed entry point, from the spec's dotted path
+        yield rig
 
 
-def test_batches_become_one_request_item_and_one_item_per_attempt(rig: Rig) -> None:
+def test_batches_become_one_request_item_and_one_item_per_attempt(rig: QueueRig) -> None:
     done = lifecycle("req-done", "principal-a", complete=True)
     crashed = lifecycle("req-crashed", "principal-a", complete=False, later_ms=1000)
     rig.send(message(done[:3]), message(done[3:]), message(crashed))
 
     rig.deliver(3)
 
-    items = {(i["pk"]["S"], i["sk"]["S"]): i for i in rig.items()}
+    items = rig.items()
     assert sorted(items) == [
         ("REQ#req-crashed", "ATTEMPT#0001"),
         ("REQ#req-crashed", "ATTEMPT#0002"),
@@ -228,7 +108,7 @@ def test_batches_become_one_request_item_and_one_item_per_attempt(rig: Rig) -> N
     assert [r.request_id for r in store.list_requests(admitted.ts_ms - 60_000)] == ["req-crashed", "req-done"]
 
 
-def test_duplicate_and_reordered_delivery_creates_nothing_new(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+def test_duplicate_and_reordered_delivery_creates_nothing_new(rig: QueueRig, caplog: pytest.LogCaptureFixture) -> None:
     events = lifecycle("req-dup", "principal-d", complete=True)
     rig.send(message(events))
     rig.deliver(1)
@@ -249,7 +129,7 @@ def test_duplicate_and_reordered_delivery_creates_nothing_new(rig: Rig, caplog: 
     }
 
 
-def test_a_poison_message_fails_alone_then_lands_in_the_dead_letter_queue(rig: Rig) -> None:
+def test_a_poison_message_fails_alone_then_lands_in_the_dead_letter_queue(rig: QueueRig) -> None:
     good = lifecycle("req-ok", "principal-p", complete=True)
     poison = '{"v":1,"events":[{"kind":"attempt_started","requestId":"req-poison"}]}'
     poison_id, _ = rig.send(poison, message(good))
@@ -277,7 +157,7 @@ def test_a_poison_message_fails_alone_then_lands_in_the_dead_letter_queue(rig: R
 
 
 def test_the_cli_shows_a_request_with_its_ordered_attempts_from_dynamodb(
-    rig: Rig, capsys: pytest.CaptureFixture[str]
+    rig: QueueRig, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rig.send(message(lifecycle("req-cli", "principal-c", complete=True)))
     rig.send(message(lifecycle("req-cli-crash", "principal-c", complete=False, later_ms=1000)))
@@ -323,7 +203,7 @@ class WriteCalls:
         return counts
 
 
-def test_a_batch_is_one_write_per_item_and_a_replay_one_failed_write_per_item(rig: Rig) -> None:
+def test_a_batch_is_one_write_per_item_and_a_replay_one_failed_write_per_item(rig: QueueRig) -> None:
     calls = WriteCalls(handler_module.default_store())  # the store the handler builds and keeps
     requests = [lifecycle(f"req-merge-{n}", "principal-m", complete=True, later_ms=n) for n in range(3)]
     # Each request's start in one message and its end in another, as the shipper cuts a busy WAL.
@@ -341,6 +221,7 @@ def test_a_batch_is_one_write_per_item_and_a_replay_one_failed_write_per_item(ri
         view = store.get_request(r[0].request_id)
         assert view is not None and not view.incomplete
         assert [(a.number, a.outcome) for a in view.attempts] == [(1, "error"), (2, "ok")]
+    calls.take()  # the read-back shares the handler's client (one per setting): its reads are not the writer's
 
     # Redelivered in another batching: every event is a duplicate, found by one failed write per item.
     rig.send(message([e for r in requests for e in r][::-1]), message(requests[0][:1] + requests[2][::-1]))
@@ -350,7 +231,7 @@ def test_a_batch_is_one_write_per_item_and_a_replay_one_failed_write_per_item(ri
     assert rig.items() == before
 
 
-def test_an_item_partly_stored_is_completed_by_one_update_of_what_it_lacks(rig: Rig) -> None:
+def test_an_item_partly_stored_is_completed_by_one_update_of_what_it_lacks(rig: QueueRig) -> None:
     calls = WriteCalls(handler_module.default_store())
     events = lifecycle("req-half", "principal-h", complete=True)
     rig.send(message(events[:2]))  # admitted, attempt 1 started
@@ -365,5 +246,5 @@ def test_an_item_partly_stored_is_completed_by_one_update_of_what_it_lacks(rig: 
     assert calls.take() == {"PutItem": 3, "UpdateItem": 2}
     view = DynamoDBAuditStore.from_env().get_request("req-half")
     assert view is not None and not view.incomplete and len(view.attempts) == 2
-    request = next(i for i in rig.items() if i["sk"]["S"] == "REQUEST")
+    request = rig.items()[("REQ#req-half", "REQUEST")]
     assert sorted(request["eventIds"]["SS"]) == sorted([events[0].event_id, events[-1].event_id])

@@ -9,27 +9,21 @@ on Lambda. The queue's visibility timeout is 3 s so that a retry comes back with
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
 import pytest
 
 from functions.usage_reconciler import handler as handler_module
+from tests.support.local_queue import QueueRig, queue_rig
 from tests.unit.metering.usage_events import DAY_MS, finished, message
-from tollway.cloud.bootstrap import Clients, bootstrap
 from tollway.cloud.local import LocalCloud
-from tollway.cloud.resources import FunctionSpec, Grant, QueueTrigger, Topology, topology
-from tollway.cloud.runner import EventSourceRunner, QueueMapping
+from tollway.cloud.resources import FunctionSpec, Grant, QueueTrigger, topology
 from tollway.metering import DynamoDBUsageLedger, UsageQuery, UsageScope
 
 pytestmark = pytest.mark.local_cloud
 
-VISIBILITY_S = 3
-WAIT_S = 30.0
 DAY = date(2026, 11, 29)
 
 
@@ -40,64 +34,17 @@ def reconciler_spec(prefix: str) -> FunctionSpec:
         name=f"{prefix}-usage-reconciler",
         handler="functions.usage_reconciler.handler.handler",
         source_dir="functions/usage_reconciler",
-        timeout_s=VISIBILITY_S,
         triggers=(QueueTrigger("usage", batch_size=10, max_batching_window_s=1),),
         grants=(Grant("queue", "usage", "consume"), Grant("table", "usage-ledger", "read-write")),
     )
 
 
-@dataclass
-class Rig:
-    topo: Topology
-    runner: EventSourceRunner
-    mapping: QueueMapping
-    sqs: Any
-    ddb: Any
-
-    @property
-    def table(self) -> str:
-        return self.topo.table("usage-ledger").name
-
-    def send(self, *bodies: str) -> list[str]:
-        return [self.sqs.send_message(QueueUrl=self.mapping.queue_url, MessageBody=b)["MessageId"] for b in bodies]
-
-    def deliver(self, count: int) -> None:
-        """Poll until ``count`` messages were handled successfully (deleted); every batch must succeed."""
-        deleted = 0
-        deadline = time.monotonic() + WAIT_S
-        while deleted < count:
-            assert time.monotonic() < deadline, f"{deleted} of {count} messages handled within {WAIT_S} s"
-            outcome = self.runner.poll_once(self.mapping, wait_s=1)
-            assert outcome.error is None and outcome.retried == (), outcome
-            deleted += outcome.deleted
-
-    def items(self) -> dict[tuple[str, str], dict[str, Any]]:
-        """Every item of the table, raw (DynamoDB's typed JSON), by key."""
-        found = self.ddb.scan(TableName=self.table, ConsistentRead=True)["Items"]
-        return {(i["pk"]["S"], i["sk"]["S"]): i for i in found}
-
-
 @pytest.fixture
-def rig(cloud: LocalCloud, prefix: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
-    full = topology(prefix)
-    queue = dataclasses.replace(full.queue("usage"), visibility_timeout_s=VISIBILITY_S, max_receive_count=2)
-    topo = dataclasses.replace(
-        full,
-        queues=(queue,),
-        tables=(full.table("usage-ledger"),),
-        buckets=(),
-        secrets=(),
-        functions=(reconciler_spec(prefix),),
-    )
-    report = bootstrap(topo, endpoint=cloud.endpoint, region=cloud.region, env=cloud.env())
-    for key, value in {**cloud.env(), **topo.environment(report.account, cloud.region)}.items():
-        monkeypatch.setenv(key, value)
-    runner = EventSourceRunner(topo, endpoint=cloud.endpoint, region=cloud.region, env=cloud.env())
-    (mapping,) = runner.mappings
-    assert mapping.handler is handler_module.handler  # the deployed entry point, from the spec's dotted path
-    clients = Clients(cloud.endpoint, cloud.region, cloud.env())
-    yield Rig(topo, runner, mapping, clients.client("sqs"), clients.client("dynamodb"))
-    assert runner.stop(timeout_s=5)
+def rig(cloud: LocalCloud, prefix: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[QueueRig]:
+    spec = reconciler_spec(prefix)
+    with queue_rig(cloud, monkeypatch, topology(prefix), queue="usage", table="usage-ledger", function=spec) as rig:
+        assert rig.mapping.handler is handler_module.handler  # the deployed entry point, from the spec's dotted path
+        yield rig
 
 
 def _events() -> list[list[Any]]:
@@ -111,7 +58,7 @@ def _events() -> list[list[Any]]:
     ]
 
 
-def test_redelivering_the_batch_twice_leaves_every_aggregate_unchanged(rig: Rig) -> None:
+def test_redelivering_the_batch_twice_leaves_every_aggregate_unchanged(rig: QueueRig) -> None:
     bodies = [message(batch) for batch in _events()]
     rig.send(*bodies)
     rig.deliver(len(bodies))
@@ -136,7 +83,7 @@ def test_redelivering_the_batch_twice_leaves_every_aggregate_unchanged(rig: Rig)
     assert (entry["principalId"], entry["costMicroUsd"]) == ({"S": "alice"}, {"N": "1000"})
 
 
-def test_the_query_reads_back_the_rows_each_caller_may_see(rig: Rig) -> None:
+def test_the_query_reads_back_the_rows_each_caller_may_see(rig: QueueRig) -> None:
     rig.send(*(message(batch) for batch in _events()))
     rig.deliver(3)
     ledger = DynamoDBUsageLedger.from_env()
@@ -156,7 +103,7 @@ def test_the_query_reads_back_the_rows_each_caller_may_see(rig: Rig) -> None:
     assert only_day.totals.evidence == {"provider-reported": 1, "local-estimate": 1, "unknown": 1}
 
 
-def test_a_malformed_message_fails_alone_and_writes_nothing(rig: Rig) -> None:
+def test_a_malformed_message_fails_alone_and_writes_nothing(rig: QueueRig) -> None:
     poison = message([finished("r-bad", omit=("usageEvidence",))])
     poison_id, _ = rig.send(poison, message([finished("r-ok")]))
 

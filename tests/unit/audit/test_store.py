@@ -9,11 +9,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-from typing import Any
 
 import pytest
 
-from tollway.audit import events as ev
+from tests.support.audit_events import DIGEST, admitted, attempt_done, finished, rejected, started
 from tollway.audit.events import AuditEvent
 from tollway.audit.store import (
     DEFAULT_RETENTION_DAYS,
@@ -27,85 +26,12 @@ from tollway.audit.store import (
 
 T0 = 1_764_400_000_000
 """2025-11-29T07:06:40Z, in epoch milliseconds."""
-DIGEST = "sha256:" + "ab" * 32
-
-
-def at(event: AuditEvent, ts_ms: int) -> AuditEvent:
-    return dataclasses.replace(event, ts_ms=ts_ms)
-
-
-def admitted(rid: str, ts: int = T0, principal: str = "p-1") -> AuditEvent:
-    event = ev.request_admitted(
-        request_id=rid,
-        root_digest=DIGEST,
-        principal_id=principal,
-        tenant="t-1",
-        team="core",
-        key_id="k-1",
-        alias="chat",
-        stream=True,
-        content_mode="metadata-only",
-        max_attempts=3,
-    )
-    return at(event, ts)
-
-
-def started(rid: str, n: int, ts: int, reason: Any = "first") -> AuditEvent:
-    event = ev.attempt_started(
-        request_id=rid,
-        root_digest=DIGEST,
-        attempt=n,
-        route_id=f"route-{n}",
-        deployment_id=f"dep-{n}",
-        provider_format="openai-chat-completions",
-        physical_model="phys",
-        reason=reason,
-    )
-    return at(event, ts)
-
-
-def attempt_done(rid: str, n: int, ts: int, outcome: str = "ok", status: int = 200) -> AuditEvent:
-    event = ev.attempt_finished(
-        request_id=rid,
-        root_digest=DIGEST,
-        attempt=n,
-        route_id=f"route-{n}",
-        deployment_id=f"dep-{n}",
-        outcome=outcome,
-        error_category=None if outcome == "ok" else "overloaded",
-        upstream_status=status,
-        first_token_ms=12.5 if outcome == "ok" else None,
-        total_ms=40.25,
-    )
-    return at(event, ts)
-
-
-def finished(rid: str, ts: int, attempts: int = 1) -> AuditEvent:
-    event = ev.request_finished(
-        request_id=rid,
-        root_digest=DIGEST,
-        status=200,
-        outcome="ok",
-        error_code=None,
-        attempts=attempts,
-        admission_ms=0.5,
-        total_ms=99.75,
-        usage={"promptTokens": 11, "completionTokens": 7, "totalTokens": 18},  # the recorder's names
-        usage_evidence="provider-reported",
-        cancellation=None,
-        principal_id="p-1",
-        tenant="t-1",
-        team=None,
-        key_id="k-1",
-        alias="chat-fast-v1",
-    )
-    return at(event, ts)
 
 
 def retried_request(rid: str) -> list[AuditEvent]:
     """A request whose first attempt failed and whose second (a fallback) succeeded."""
     return [
-        admitted(rid),
+        admitted(rid, T0),
         started(rid, 1, T0 + 1),
         attempt_done(rid, 1, T0 + 20, outcome="error", status=503),
         started(rid, 2, T0 + 21, reason="fallback"),
@@ -177,7 +103,7 @@ def test_applying_the_same_batch_twice_leaves_the_same_items() -> None:
 
 def test_a_duplicate_inside_one_batch_is_applied_once() -> None:
     store = MemoryAuditStore()
-    event = admitted("r-twice")
+    event = admitted("r-twice", T0)
 
     result = store.apply([event, event])
 
@@ -187,7 +113,7 @@ def test_a_duplicate_inside_one_batch_is_applied_once() -> None:
 
 def test_every_delivery_order_converges_to_the_same_items() -> None:
     rid = "r-order"
-    events = [admitted(rid), started(rid, 1, T0 + 1), attempt_done(rid, 1, T0 + 30), finished(rid, T0 + 31)]
+    events = [admitted(rid, T0), started(rid, 1, T0 + 1), attempt_done(rid, 1, T0 + 30), finished(rid, T0 + 31)]
     in_order = MemoryAuditStore()
     in_order.apply(events)
 
@@ -221,7 +147,7 @@ def test_the_start_event_owns_the_fields_both_events_carry() -> None:
 def test_a_started_attempt_without_its_finish_is_incomplete() -> None:
     store = MemoryAuditStore()
     rid = "r-crash"
-    store.apply([admitted(rid), started(rid, 1, T0 + 1), attempt_done(rid, 1, T0 + 5, "error", 500)])
+    store.apply([admitted(rid, T0), started(rid, 1, T0 + 1), attempt_done(rid, 1, T0 + 5, "error", 500)])
     store.apply([started(rid, 2, T0 + 6, reason="retry")])
 
     view = store.get_request(rid)
@@ -244,7 +170,7 @@ def test_a_finish_that_arrives_before_its_start_is_kept_until_the_start_complete
     assert attempt.started_at_ms is None and not attempt.incomplete and attempt.reason is None
     assert store.list_requests(0) == []  # not admitted yet: not in the time index
 
-    store.apply([admitted(rid), started(rid, 1, T0 + 1)])
+    store.apply([admitted(rid, T0), started(rid, 1, T0 + 1)])
     late = store.get_request(rid)
     assert late is not None and not late.incomplete
     assert late.attempts[0].reason == "first" and late.request.principal_id == "p-1"
@@ -252,9 +178,9 @@ def test_a_finish_that_arrives_before_its_start_is_kept_until_the_start_complete
 
 def test_unknown_kinds_are_skipped_and_counted() -> None:
     store = MemoryAuditStore()
-    unknown = dataclasses.replace(admitted("r-new-kind"), kind="request_rerouted")
+    unknown = dataclasses.replace(admitted("r-new-kind", T0), kind="request_rerouted")
 
-    result = store.apply([unknown, admitted("r-known")])
+    result = store.apply([unknown, admitted("r-known", T0)])
 
     assert (result.applied, result.unknown) == (1, 1)
     assert list(store.items) == [("REQ#r-known", "REQUEST")]
@@ -263,7 +189,7 @@ def test_unknown_kinds_are_skipped_and_counted() -> None:
 def test_only_the_known_metadata_fields_reach_an_item() -> None:
     canary = "CANARY-prompt-text-never-stored"
     store = MemoryAuditStore()
-    event = admitted("r-extra")
+    event = admitted("r-extra", T0)
     event = dataclasses.replace(event, body={**event.body, "prompt": canary, "pk": "REQ#hijack", "eventIds": [1]})
 
     store.apply([event])
@@ -274,7 +200,7 @@ def test_only_the_known_metadata_fields_reach_an_item() -> None:
 
 
 def _malformed_cases() -> dict[str, AuditEvent]:
-    a = admitted("r-bad")
+    a = admitted("r-bad", T0)
     s = started("r-bad", 1, T0)
     f = finished("r-bad", T0)
     d = attempt_done("r-bad", 1, T0)
@@ -298,7 +224,7 @@ def _malformed_cases() -> dict[str, AuditEvent]:
 @pytest.mark.parametrize("case", sorted(_malformed_cases()))
 def test_a_malformed_event_fails_its_batch_before_anything_is_written(case: str) -> None:
     store = MemoryAuditStore()
-    good = admitted("r-good")
+    good = admitted("r-good", T0)
 
     with pytest.raises(MalformedEvent) as raised:
         store.apply([good, _malformed_cases()[case]])
@@ -311,7 +237,7 @@ def test_a_malformed_event_fails_its_batch_before_anything_is_written(case: str)
 def test_list_is_newest_first_since_a_time_by_principal_and_bounded() -> None:
     store: AuditStore = MemoryAuditStore()
     for i in range(5):
-        store.apply([admitted(f"r-{i}", ts=T0 + i * 60_000, principal="p-a" if i % 2 == 0 else "p-b")])
+        store.apply([admitted(f"r-{i}", ts=T0 + i * 60_000, principal_id="p-a" if i % 2 == 0 else "p-b")])
     store.apply([finished("r-unadmitted", T0 + 999_999)])
 
     assert [r.request_id for r in store.list_requests(T0 + 60_000)] == ["r-4", "r-3", "r-2", "r-1"]
@@ -328,7 +254,7 @@ def test_retention_comes_from_the_environment() -> None:
     settings = StoreSettings.from_env({"TOLLWAY_TABLE_AUDIT": "s-audit", "TOLLWAY_AUDIT_RETENTION_DAYS": "7"})
     assert (settings.table, settings.retention_days, settings.endpoint) == ("s-audit", 7, None)
     store = MemoryAuditStore(retention_days=settings.retention_days)
-    store.apply([admitted("r-ttl")])
+    store.apply([admitted("r-ttl", T0)])
     assert store.items[("REQ#r-ttl", "REQUEST")]["expiresAt"] == T0 // 1000 + 7 * 86_400
 
     local = StoreSettings.from_env({"TOLLWAY_TABLE_AUDIT": "t", "AWS_ENDPOINT_URL": "http://127.0.0.1:4566"})
@@ -345,22 +271,6 @@ def test_index_timestamps_are_fixed_width_so_string_order_is_time_order() -> Non
     assert rendered[0] == "1970-01-01T00:00:00.000Z" and rendered[4] == "2025-11-29T07:06:40.000Z"
     assert len({len(s) for s in rendered}) == 1
     assert sorted(rendered) == rendered
-
-
-def rejected(rid: str, ts: int = T0, *, alias: str | None = "chat", status: int = 429) -> AuditEvent:
-    event = ev.request_rejected(
-        request_id=rid,
-        root_digest=DIGEST,
-        principal_id="p-1",
-        tenant="t-1",
-        team="core",
-        key_id="k-1",
-        alias=alias,
-        status=status,
-        error_code="rate_limited",
-        stream=None,
-    )
-    return at(event, ts)
 
 
 def test_a_rejected_request_is_a_complete_request_without_attempts() -> None:
@@ -399,7 +309,7 @@ def test_a_rejected_request_lists_among_admitted_ones_by_time() -> None:
 def test_a_rejection_never_overrides_the_admitted_lifecycle_of_the_same_id() -> None:
     """Should one request id ever carry both, what admission and the finish recorded wins, in any order."""
     rid = "r-both"
-    events = [admitted(rid), rejected(rid, T0 + 500, status=400), finished(rid, T0 + 9)]
+    events = [admitted(rid, T0), rejected(rid, T0 + 500, status=400), finished(rid, T0 + 9)]
     for order in itertools.permutations(events):
         store = MemoryAuditStore()
         for event in order:
