@@ -16,7 +16,7 @@ with per-process times over windows of a few seconds.
 What no process on the machine can show is the hypervisor taking CPU from the VM: ``steal_pct``
 (``/proc/stat``'s steal ticks, the time a virtual CPU was ready to run and the host ran something
 else) is that. On these VMs it comes in bursts of 25-50 % of the machine, which is enough to make
-a gateway shed load (docs/benchmarks.md, *Audit trail: what got it within the targets*).
+a gateway shed load (docs/benchmarks.md, *Method*).
 """
 
 from __future__ import annotations

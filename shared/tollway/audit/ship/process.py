@@ -3,8 +3,9 @@
 ``tollway serve`` (and ``tollway up``) start one next to the gateway's workers when the audit trail
 is on. It drains every ``worker-<N>`` WAL under the spool directory into the sink, the way the
 Lambda extension does on Lambda, so the sink client (boto3, kafka-python) and its threads never
-compete with a worker's event loop for the GIL. Measured: shipping inside the worker cost the
-gateway 0.58 ms (SQS) to 1.3 ms (Kafka) of CPU per request at 500 RPS (docs/benchmarks.md).
+compete with a worker's event loop for the GIL. Measured: shipping to SQS inside the worker cost
+the gateway +0.58 ms of CPU per request at 500 RPS, and moving it out cut the median added P50
+from +3.57 to +2.69 ms (docs/benchmarks.md).
 
 - One reader per directory: a ``ship.lock`` flock, so two shippers (an orphan and its successor
   after a crash) never interleave acknowledgements; a locked directory is skipped and retried.
