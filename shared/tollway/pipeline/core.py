@@ -22,7 +22,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 
 import orjson
@@ -59,26 +59,41 @@ class ClientGone(TollwayError):
     """The client disconnected before its answer: the request ends as a 499."""
 
 
-@dataclass(slots=True, frozen=True)
 class Inbound:
-    """What the pipeline needs of one HTTP request, and nothing of the framework."""
+    """What the pipeline needs of one HTTP request, and nothing of the framework.
 
-    request_id: str
-    authorization: Sequence[str]
-    """Every ``Authorization`` header value (two are refused: a proxy could pick the caller)."""
-    content_type: str
-    session_id: str | None
-    read_body: Callable[[int, float], Awaitable[bytes]]
-    """Reads the body within ``(max_bytes, timeout_s)``; raises the client's error, or :class:`ClientGone`."""
-    disconnected: Callable[[], Awaitable[None]]
-    """Returns once the client has disconnected (called only after the body is read)."""
+    A plain slotted class, like the other per-request objects here: a frozen dataclass sets each
+    field through ``object.__setattr__``, which the request path pays for on every request."""
+
+    __slots__ = ("authorization", "content_type", "disconnected", "read_body", "request_id", "session_id")
+
+    def __init__(
+        self,
+        request_id: str,
+        authorization: Sequence[str],
+        content_type: str,
+        session_id: str | None,
+        read_body: Callable[[int, float], Awaitable[bytes]],
+        disconnected: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.request_id = request_id
+        self.authorization = authorization
+        """Every ``Authorization`` header value (two are refused: a proxy could pick the caller)."""
+        self.content_type = content_type
+        self.session_id = session_id
+        self.read_body = read_body
+        """Reads the body within ``(max_bytes, timeout_s)``; raises the client's error, or :class:`ClientGone`."""
+        self.disconnected = disconnected
+        """Returns once the client has disconnected (called only after the body is read)."""
 
 
-@dataclass(slots=True, frozen=True)
 class Reply:
-    status: int
-    body: bytes
-    headers: Mapping[str, str] = field(default_factory=dict)
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
+        self.status = status
+        self.body = body
+        self.headers: Mapping[str, str] = headers or {}
 
 
 @dataclass(slots=True, frozen=True)
@@ -188,19 +203,25 @@ class Pipeline:
         for stage in plan.stages:
             await stage.before(call)
             life.entered += 1
-        meta = ResponseMeta(call.request_id, int(time.time()), "")
+        created = int(time.time())
         if creq.stream:
             async with _cancel_on_disconnect(inbound.disconnected):
                 committed = await self.gateway.open_stream(ctx, creq)
-            meta = ResponseMeta(meta.request_id, meta.created, ctx.response_model)
-            encoder = front.encode_stream(meta, creq)
-            lifetime_frame = encoder.error(DeadlineExceeded("The stream exceeded its maximum lifetime."))
-            session = _StreamSession(life, committed, encoder, _transforms(plan.stages, call))
+            try:
+                encoder = front.encode_stream(ResponseMeta(call.request_id, created, ctx.response_model), creq)
+                lifetime_frame = encoder.error(DeadlineExceeded("The stream exceeded its maximum lifetime."))
+                session = _StreamSession(
+                    life, committed, encoder, _transforms(plan.stages, call) if plan.stages else []
+                )
+            except BaseException as exc:  # nothing will read the stream: close it and settle its attempt
+                await committed.aclose(exc)
+                raise
             return StreamReply(session.frames(), session.close, limits, lifetime_frame)
         async with _cancel_on_disconnect(inbound.disconnected):
             response = await self.gateway.complete(ctx, creq)
-        await _after(plan.stages, call, response)
-        body = front.encode_response(ResponseMeta(meta.request_id, meta.created, ctx.response_model), response)
+        if plan.stages:
+            await _after(plan.stages, call, response)
+        body = front.encode_response(ResponseMeta(call.request_id, created, ctx.response_model), response)
         call.status = 200
         return Reply(200, body)
 

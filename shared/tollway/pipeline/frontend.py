@@ -24,13 +24,15 @@ and whether the request streams in, the caller's alias plan out, or the 404/403 
 checks the body against the plan, so it has to resolve between parsing and building."""
 
 
-@dataclass(slots=True, frozen=True)
 class ResponseMeta:
     """What every encoded answer names: its id, creation time and public model."""
 
-    request_id: str
-    created: int
-    model: str
+    __slots__ = ("created", "model", "request_id")
+
+    def __init__(self, request_id: str, created: int, model: str) -> None:
+        self.request_id = request_id
+        self.created = created
+        self.model = model
 
 
 @dataclass(slots=True, frozen=True)

@@ -321,3 +321,25 @@ async def test_a_plan_with_no_stages_runs_none() -> None:
     reply = await rig.run()
     assert isinstance(reply, Reply) and reply.status == 200
     assert rig.released()
+
+
+class _BrokenEncoder:
+    """The Chat Completions front end, except that building a stream's encoder fails."""
+
+    name = CHAT_COMPLETIONS.name
+    decode = staticmethod(CHAT_COMPLETIONS.decode)
+    encode_response = staticmethod(CHAT_COMPLETIONS.encode_response)
+    encode_error = staticmethod(CHAT_COMPLETIONS.encode_error)
+
+    def encode_stream(self, meta: Any, req: Any) -> Any:
+        raise RuntimeError("encoder failed")
+
+
+async def test_a_committed_stream_nothing_will_read_is_closed_and_its_attempt_settled() -> None:
+    log: list[tuple[Any, ...]] = []
+    rig = Rig(oa.stream("Hel", "lo"), (Recorder("one", log),))
+    with pytest.raises(RuntimeError):
+        await rig.pipeline.run(_BrokenEncoder(), rig.inbound(STREAM))
+    assert [s.closed for s in rig.roots.transport.streams] == [True]
+    assert log == [("one", "before"), ("one", "finish", 500, "internal_error")]
+    assert rig.released()
