@@ -303,23 +303,28 @@ class _Lifecycle:
         self._ended = True
         call = self.call
         pipeline = self.pipeline
+        cancelled: asyncio.CancelledError | None = None
         try:
+            _log_access(call)  # before the stages: its duration is the request's, not an audit commit's
             if call.alias is not None:
                 for stage in call.alias.stages[: self.entered]:
                     try:
                         await stage.finish(call)
+                    except asyncio.CancelledError as exc:  # the rest still finish; the cancellation goes on after
+                        cancelled = exc
                     except Exception:  # one stage's failure must not cost the others their end
                         logging.getLogger("tollway.pipeline").exception(
                             "stage %s failed to finish request %s", stage.name, call.request_id
                         )
             if not call.admitted_at and pipeline.audit is not None:
                 pipeline.audit.rejected(call, self._root.digest)
-            _log_access(call)
         finally:
             if self.permit:
                 pipeline.admission.release(self.stream_permit)
             elif self.stream_permit:  # pragma: no cover - a stream permit is only taken after the request permit
                 pipeline.admission.release(True)
+        if cancelled is not None:
+            raise cancelled
 
 
 def _log_access(call: Call) -> None:

@@ -343,3 +343,28 @@ async def test_a_committed_stream_nothing_will_read_is_closed_and_its_attempt_se
     assert [s.closed for s in rig.roots.transport.streams] == [True]
     assert log == [("one", "before"), ("one", "finish", 500, "internal_error")]
     assert rig.released()
+
+
+class _Hangs(Recorder):
+    """A stage whose ``finish`` waits until cancelled (an audit commit during a shutdown)."""
+
+    def __init__(self, log: list[tuple[Any, ...]]) -> None:
+        super().__init__("hangs", log)
+        self.finishing = asyncio.Event()
+
+    async def finish(self, call: Call) -> None:
+        self.finishing.set()
+        await asyncio.Event().wait()
+
+
+async def test_a_cancellation_during_a_stage_finish_still_finishes_the_rest_and_releases() -> None:
+    log: list[tuple[Any, ...]] = []
+    hangs = _Hangs(log)
+    rig = Rig(oa.completion(), (hangs, Recorder("two", log)))
+    task = asyncio.ensure_future(rig.run())
+    await asyncio.wait_for(hangs.finishing.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert log[-1] == ("two", "finish", 200, None)
+    assert rig.released()

@@ -124,7 +124,9 @@ class DynamoDBLeaseStore:
                     endpoint=s.endpoint,
                     connect_timeout_s=s.connect_timeout_s,
                     read_timeout_s=s.read_timeout_s,
-                    retries=s.max_attempts if retry else 1,
+                    # botocore counts retries after the first attempt: a give-back is sent once, and a
+                    # take or read makes ``max_attempts`` attempts in all, as the settings say.
+                    retries=s.max_attempts - 1 if retry else 0,
                 )
             return self._clients[retry]
 
