@@ -119,7 +119,9 @@ async def test_a_5xx_burst_opens_the_circuit_and_half_open_recovers(make: Any, m
     gw = await make(
         {"p": provider(mock.base_url, "acct", "fail_first=3,status=500,tag=burst")},
         [route("r", "p", "m-burst")],
-        routing={"maxAttempts": 1, "circuitBreaker": {"failureThreshold": 3, "resetTimeoutMs": 300}},
+        # A cool-down long enough that a busy machine cannot pass it between the burst and the
+        # request that must be refused; the test then waits for half-open rather than sleeping.
+        routing={"maxAttempts": 1, "circuitBreaker": {"failureThreshold": 3, "resetTimeoutMs": 2000}},
     )
     assert [(await gw.chat()).status_code for _ in range(3)] == [502, 502, 502]
     assert gw.reached() == ["m-burst"] * 3
@@ -128,9 +130,14 @@ async def test_a_5xx_burst_opens_the_circuit_and_half_open_recovers(make: Any, m
     assert shed.status_code == 503
     assert shed.json()["error"]["code"] == "model_unavailable"
     assert gw.reached() == []
-    state = (await gw.routes()).json()["data"][0]["groups"][0][0]["health"]
-    assert state["circuit"] == "open"
-    await asyncio.sleep(0.4)
+
+    async def circuit() -> str:
+        return str((await gw.routes()).json()["data"][0]["groups"][0][0]["health"]["circuit"])
+
+    assert await circuit() == "open"
+    async with asyncio.timeout(15):
+        while await circuit() != "half-open":
+            await asyncio.sleep(0.05)
     # Half-open: one probe goes through; the burst is over, so it succeeds and closes the circuit.
     assert (await gw.chat()).status_code == 200
     assert gw.reached() == ["m-burst"]
