@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Protocol
 
 import orjson
 
@@ -48,7 +49,7 @@ from tollway.pipeline.stage import Call, Stage, StreamTransform
 from tollway.pipeline.stages.audit import AuditStage
 from tollway.routing.plan import AliasPlan
 
-__all__ = ["ClientGone", "Inbound", "Pipeline", "Reply", "StreamReply"]
+__all__ = ["ClientGone", "Headers", "Inbound", "Pipeline", "Reply", "StreamReply"]
 
 access_log = logging.getLogger("tollway.access")
 
@@ -59,28 +60,32 @@ class ClientGone(TollwayError):
     """The client disconnected before its answer: the request ends as a 499."""
 
 
+class Headers(Protocol):
+    """A request's headers, as the HTTP layer has them (case-insensitive names)."""
+
+    def get(self, key: str, /) -> str | None: ...
+
+    def getlist(self, key: str) -> list[str]: ...
+
+
 class Inbound:
     """What the pipeline needs of one HTTP request, and nothing of the framework.
 
     A plain slotted class, like the other per-request objects here: a frozen dataclass sets each
     field through ``object.__setattr__``, which the request path pays for on every request."""
 
-    __slots__ = ("authorization", "content_type", "disconnected", "read_body", "request_id", "session_id")
+    __slots__ = ("disconnected", "headers", "read_body", "request_id")
 
     def __init__(
         self,
         request_id: str,
-        authorization: Sequence[str],
-        content_type: str,
-        session_id: str | None,
+        headers: Headers,
         read_body: Callable[[int, float], Awaitable[bytes]],
         disconnected: Callable[[], Awaitable[None]],
     ) -> None:
         self.request_id = request_id
-        self.authorization = authorization
-        """Every ``Authorization`` header value (two are refused: a proxy could pick the caller)."""
-        self.content_type = content_type
-        self.session_id = session_id
+        self.headers = headers
+        """Read for ``Authorization`` (every value: two are refused), ``Content-Type`` and the session header."""
         self.read_body = read_body
         """Reads the body within ``(max_bytes, timeout_s)``; raises the client's error, or :class:`ClientGone`."""
         self.disconnected = disconnected
@@ -170,8 +175,9 @@ class Pipeline:
     async def _serve(
         self, front: FrontEnd, inbound: Inbound, root: PublishedRoot, call: Call, life: _Lifecycle
     ) -> Reply | StreamReply:
-        principal = call.principal = self.authenticate(inbound.authorization, root)
-        if inbound.content_type.split(";", 1)[0].strip().lower() != _JSON:
+        headers = inbound.headers
+        principal = call.principal = self.authenticate(headers.getlist("authorization"), root)
+        if (headers.get("content-type") or "").split(";", 1)[0].strip().lower() != _JSON:
             raise UnsupportedMediaType()
         await self.admission.enter(root)
         life.permit = True
@@ -188,7 +194,7 @@ class Pipeline:
         if creq.stream:
             self.admission.acquire_stream(root)
             life.stream_permit = True
-        session_id = inbound.session_id
+        session_id = headers.get(limits.session_header)
         ctx = call.ctx = RequestContext(
             request_id=call.request_id,
             principal=principal,

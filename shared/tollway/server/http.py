@@ -4,6 +4,7 @@ request, a Starlette response from the pipeline's reply) and the OpenAI error en
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -39,25 +40,18 @@ def json_response(body: bytes) -> Response:
 
 
 def inbound(request: Request) -> Inbound:
-    headers = request.headers
-    session_header = runtime_of(request).holder.root.limits.session_header
-
-    async def read_body(max_bytes: int, timeout_s: float) -> bytes:
-        return await _read_body(request, max_bytes, timeout_s)
-
-    async def disconnected() -> None:
-        # The body has been read, so the next ASGI message can only be ``http.disconnect``.
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
     return Inbound(
-        request_id=request.scope["state"]["request_id"],
-        authorization=headers.getlist("authorization"),
-        content_type=headers.get("content-type", ""),
-        session_id=headers.get(session_header),
-        read_body=read_body,
-        disconnected=disconnected,
+        request.scope["state"]["request_id"],
+        request.headers,
+        functools.partial(_read_body, request),
+        functools.partial(_disconnected, request),
     )
+
+
+async def _disconnected(request: Request) -> None:
+    # The body has been read, so the next ASGI message can only be ``http.disconnect``.
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes:
@@ -90,7 +84,8 @@ def render(reply: Reply | StreamReply) -> Response:
     if isinstance(reply, Reply):
         if reply.status == 499:
             return Response(status_code=499)
-        return Response(reply.body, status_code=reply.status, media_type=JSON, headers=dict(reply.headers))
+        headers = dict(reply.headers) if reply.headers else None  # Starlette walks even an empty mapping
+        return Response(reply.body, status_code=reply.status, media_type=JSON, headers=headers)
     limits = reply.limits
     return SseResponse(
         reply.frames,

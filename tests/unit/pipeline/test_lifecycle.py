@@ -75,6 +75,20 @@ class Transforming(Recorder):
         return Upper()
 
 
+class FakeHeaders:
+    """A request's headers as the HTTP layer hands them over: one key, JSON, no session header."""
+
+    def __init__(self, authorization: str) -> None:
+        self._values = {"authorization": [authorization], "content-type": ["application/json"]}
+
+    def get(self, key: str, /) -> str | None:
+        values = self._values.get(key.lower())
+        return values[0] if values else None
+
+    def getlist(self, key: str) -> list[str]:
+        return list(self._values.get(key.lower(), []))
+
+
 class Rig:
     def __init__(self, answer: MockResponse | BaseException | None = None, stages: tuple[BaseStage, ...] = ()) -> None:
         self.answer = answer
@@ -105,7 +119,7 @@ class Rig:
         async def disconnected() -> None:
             await self.gone.wait()
 
-        return Inbound("req_0123456789ab", [f"Bearer {key}"], "application/json", None, read_body, disconnected)
+        return Inbound("req_0123456789ab", FakeHeaders(f"Bearer {key}"), read_body, disconnected)
 
     async def run(self, body: dict[str, Any] | None = None, **kw: Any) -> Reply | StreamReply:
         return await self.pipeline.run(CHAT_COMPLETIONS, self.inbound(body, **kw))
@@ -199,7 +213,7 @@ async def test_a_client_that_leaves_while_the_body_is_read_releases_its_permit()
 
     reply = await rig.pipeline.run(
         CHAT_COMPLETIONS,
-        Inbound(inbound.request_id, inbound.authorization, inbound.content_type, None, gone, inbound.disconnected),
+        Inbound(inbound.request_id, inbound.headers, gone, inbound.disconnected),
     )
     assert isinstance(reply, Reply) and reply.status == 499
     assert log == []  # the plan was never resolved: no stage began

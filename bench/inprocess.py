@@ -1,0 +1,217 @@
+"""``python -m bench.inprocess [--audit] [--requests N] [--json]``: the gateway's own CPU per request.
+
+The whole ASGI app (middleware, route, pipeline, front end, stages, gateway, codec) serves ``N``
+buffered chat requests in this process, called directly with ASGI messages, with every provider
+answering at once from a transport that does no I/O. No socket, no server, no load generator and
+no mock process share the CPU, so what is left is the request path's own Python, which the
+end-to-end profiles (``python -m bench.run fixed-500``) measure only beside all of those. It is the
+tool for an A/B of a change to the request path: run it in a worktree of each commit, alternating.
+
+``--audit`` turns the audit trail on (a bounded-async WAL in a temporary directory, shipping
+left to an external shipper that is not started), so the audit stage and the WAL writer's thread
+are measured too. CPU is ``time.process_time``: every thread of the process.
+
+To measure a commit from before the transport factory (``Publisher.transport_factory``), run this
+file against that commit's tree (``PYTHONPATH=<worktree>/shared:<worktree> .venv/bin/python
+bench/inprocess.py``): it then replaces the publisher's ``build_transport`` instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+__all__ = ["main", "measure"]
+
+KEY = "tw-bench-inprocess"
+_ANSWER = orjson.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello there"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+    }
+)
+_BODY = orjson.dumps({"model": "a", "messages": [{"role": "user", "content": "Say hello."}]})
+
+
+class _AnswerAtOnce:
+    """A ``Transport`` whose every buffered call answers 200 with one completion, after one yield
+    to the event loop (as a socket read would)."""
+
+    async def send(self, upstream: Any, timing: Any = None) -> tuple[int, Mapping[str, str], bytes]:
+        await asyncio.sleep(0)
+        return 200, {"content-type": "application/json"}, _ANSWER
+
+    def stream(self, upstream: Any, timing: Any = None) -> Any:
+        raise NotImplementedError("bench.inprocess measures buffered requests")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _factory(*args: Any, **kwargs: Any) -> _AnswerAtOnce:
+    return _AnswerAtOnce()
+
+
+def _config(directory: Path, audit: bool) -> Path:
+    cfg: dict[str, Any] = {
+        "providers": {
+            "p": {
+                "type": "openai-compatible",
+                "baseUrl": "http://127.0.0.1:9/v1",
+                "providerAccountId": "acct",
+                "quotaGroupId": "q",
+                "credentials": [{"id": "c", "secretRef": "env:TOLLWAY_BENCH_PROVIDER_KEY"}],
+            }
+        },
+        "models": [
+            {
+                "name": "a",
+                "routes": [{"id": "r", "provider": "p", "model": "m", "providerFormat": "openai-chat-completions"}],
+            }
+        ],
+        "principals": [
+            {
+                "id": "bench",
+                "tenant": "bench",
+                "allowedModels": ["a"],
+                "keys": [{"id": "k", "sha256": hashlib.sha256(KEY.encode()).hexdigest()}],
+            }
+        ],
+    }
+    if audit:
+        cfg["audit"] = {
+            "durability": "bounded-async",
+            "sink": {"type": "sqs", "queueName": "tollway-bench-inprocess"},
+            "spool": {"path": str(directory / "wal")},
+        }
+    path = directory / "llm-router.yml"
+    path.write_text(json.dumps(cfg))  # JSON is YAML
+    return path
+
+
+def _install_transport() -> None:
+    import tollway.config.root as root_module
+    from tollway.server.runtime import GatewayRuntime
+
+    if hasattr(root_module.Publisher, "restage"):  # a tree with Publisher.transport_factory
+        load: Any = GatewayRuntime.load
+
+        def with_factory(path: Path, **kwargs: Any) -> Any:
+            return load(path, transport_factory=_factory)
+
+        GatewayRuntime.load = with_factory  # type: ignore[method-assign,assignment]
+    else:  # an older tree: the publisher called the module's build_transport
+        vars(root_module)["build_transport"] = _factory
+
+
+async def _serve(app: Any, headers: list[tuple[bytes, bytes]]) -> int:
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8080),
+    }
+    read = False
+    done = asyncio.Event()
+    status = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal read
+        if not read:
+            read = True
+            return {"type": "http.request", "body": _BODY, "more_body": False}
+        await done.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Mapping[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    await app(scope, receive, send)
+    done.set()
+    return status
+
+
+def measure(*, audit: bool, requests: int, warmup: int = 300) -> dict[str, Any]:
+    """CPU and wall time per request, over ``requests`` after ``warmup``; raises if one is not a 200."""
+    os.environ.setdefault("TOLLWAY_BENCH_PROVIDER_KEY", "sk-bench")
+    os.environ["TOLLWAY_AUDIT_SHIPPER"] = "external"
+    _install_transport()
+    from tollway.server.app import create_app
+
+    with tempfile.TemporaryDirectory() as tmp:
+        app = create_app(_config(Path(tmp), audit), watch_interval_s=None)
+        headers = [
+            (b"authorization", f"Bearer {KEY}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(_BODY)).encode()),
+        ]
+
+        async def run() -> tuple[float, float]:
+            async with app.router.lifespan_context(app):
+                for _ in range(warmup):
+                    await _serve(app, headers)
+                cpu, wall = time.process_time(), time.perf_counter()
+                for _ in range(requests):
+                    status = await _serve(app, headers)
+                    if status != 200:
+                        raise RuntimeError(f"the gateway answered {status}")
+                return time.process_time() - cpu, time.perf_counter() - wall
+
+        cpu_s, wall_s = asyncio.run(run())
+    return {
+        "audit": audit,
+        "requests": requests,
+        "cpu_us_per_request": round(cpu_s / requests * 1e6, 1),
+        "wall_us_per_request": round(wall_s / requests * 1e6, 1),
+        "python": sys.version.split()[0],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.inprocess", description=__doc__.split("\n")[0])
+    parser.add_argument("--audit", action="store_true", help="audit trail on (WAL written, not shipped)")
+    parser.add_argument("--requests", type=int, default=3000, help="measured requests (default 3000)")
+    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    args = parser.parse_args(argv)
+    if args.requests < 1 or args.warmup < 0:
+        parser.error("--requests must be at least 1 and --warmup at least 0")
+    result = measure(audit=args.audit, requests=args.requests, warmup=args.warmup)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        mode = "audit on " if result["audit"] else "audit off"
+        print(
+            f"{mode}: {result['cpu_us_per_request']} µs CPU, {result['wall_us_per_request']} µs wall per request "
+            f"({result['requests']} requests, Python {result['python']})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
