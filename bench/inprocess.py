@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["main", "measure"]
+__all__ = ["chat_scope", "main", "measure"]
 
 KEY = "tw-bench-inprocess"
 _ANSWER = orjson.dumps(
@@ -119,8 +119,10 @@ def _install_transport() -> None:
         vars(root_module)["build_transport"] = _factory
 
 
-async def _serve(app: Any, headers: list[tuple[bytes, bytes]]) -> int:
-    scope = {
+def chat_scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+    """The ASGI scope of one ``POST /v1/chat/completions`` from 127.0.0.1, for calling the app
+    directly (also what tests that drive the app message by message send)."""
+    return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -134,6 +136,10 @@ async def _serve(app: Any, headers: list[tuple[bytes, bytes]]) -> int:
         "client": ("127.0.0.1", 40000),
         "server": ("127.0.0.1", 8080),
     }
+
+
+async def _serve(app: Any, headers: list[tuple[bytes, bytes]]) -> int:
+    scope = chat_scope(headers)
     read = False
     done = asyncio.Event()
     status = 0

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
+from bench.inprocess import chat_scope
 from tests.functional.test_audit_gateway import KEY, LIMITS, Harness, _harness, config_path, mock
 from tollway.audit.events import decode_event
 from tollway.audit.wal import WalReader
@@ -78,21 +79,7 @@ async def _stream_with_done_probe(durable: Harness, tmp_path: Path) -> list[str]
     """Run one stream through the ASGI app; at the ``[DONE]`` write, note what the durable WAL holds."""
     app = durable.app
     body = orjson.dumps({"model": "chat-fast-v1", "messages": [{"role": "user", "content": "hi"}], "stream": True})
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"authorization", f"Bearer {KEY}".encode()), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 1),
-        "server": ("gateway", 80),
-        "state": {},
-    }
+    scope = chat_scope([(b"authorization", f"Bearer {KEY}".encode()), (b"content-type", b"application/json")])
     sent_body = False
     done_seen: list[str] = []
     never = asyncio.Event()
