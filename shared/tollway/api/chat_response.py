@@ -10,9 +10,10 @@ from typing import Any
 
 import orjson
 
+from tollway.api.errors import error_body
 from tollway.canonical import CanonicalResponse, ToolCallDelta, Usage
 from tollway.exceptions import GatewayError
-from tollway.sse import DONE, encode_data
+from tollway.sse import encode_data
 
 __all__ = ["ChunkRenderer", "render_completion", "usage_json"]
 
@@ -104,8 +105,4 @@ class ChunkRenderer:
 
     @staticmethod
     def error(err: GatewayError) -> bytes:
-        return encode_data(
-            orjson.dumps({"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}})
-        )
-
-    done = DONE
+        return encode_data(error_body(err))
