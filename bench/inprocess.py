@@ -1,4 +1,4 @@
-"""``python -m bench.inprocess [--audit] [--requests N] [--json]``: the gateway's own CPU per request.
+"""``python -m bench.inprocess [--audit] [--telemetry T] [--requests N] [--json]``: the gateway's own CPU per request.
 
 The whole ASGI app (middleware, route, pipeline, front end, stages, gateway, codec) serves ``N``
 buffered chat requests in this process, called directly with ASGI messages, with every provider
@@ -10,6 +10,10 @@ tool for an A/B of a change to the request path: run it in a worktree of each co
 ``--audit`` turns the audit trail on (a bounded-async WAL in a temporary directory, shipping
 left to an external shipper that is not started), so the audit stage and the WAL writer's thread
 are measured too. CPU is ``time.process_time``: every thread of the process.
+
+``--telemetry`` (default ``off``) sets the ``telemetry:`` block: ``metrics`` records every metric
+(Prometheus, one process), ``traced`` adds tracing at ``sampleRatio: 0.01`` exported over OTLP to
+a sink in this process (``bench.otlp_sink``), so the exporter's thread is counted too.
 
 To measure a commit from before the transport factory (``Publisher.transport_factory``), run this
 file against that commit's tree (``PYTHONPATH=<worktree>/shared:<worktree> .venv/bin/python
@@ -67,7 +71,7 @@ def _factory(*args: Any, **kwargs: Any) -> _AnswerAtOnce:
     return _AnswerAtOnce()
 
 
-def _config(directory: Path, audit: bool) -> Path:
+def _config(directory: Path, audit: bool, telemetry: str = "off", otlp: str = "") -> Path:
     cfg: dict[str, Any] = {
         "providers": {
             "p": {
@@ -93,6 +97,9 @@ def _config(directory: Path, audit: bool) -> Path:
             }
         ],
     }
+    cfg["telemetry"] = {"metrics": {"enabled": telemetry != "off"}}
+    if telemetry == "traced":
+        cfg["telemetry"]["tracing"] = {"enabled": True, "endpoint": otlp, "sampleRatio": 0.01}
     if audit:
         cfg["audit"] = {
             "durability": "bounded-async",
@@ -162,15 +169,17 @@ async def _serve(app: Any, headers: list[tuple[bytes, bytes]]) -> int:
     return status
 
 
-def measure(*, audit: bool, requests: int, warmup: int = 300) -> dict[str, Any]:
+def measure(*, audit: bool, requests: int, warmup: int = 300, telemetry: str = "off") -> dict[str, Any]:
     """CPU and wall time per request, over ``requests`` after ``warmup``; raises if one is not a 200."""
     os.environ.setdefault("TOLLWAY_BENCH_PROVIDER_KEY", "sk-bench")
     os.environ["TOLLWAY_AUDIT_SHIPPER"] = "external"
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     _install_transport()
+    from bench.otlp_sink import OtlpSink
     from tollway.server.app import create_app
 
-    with tempfile.TemporaryDirectory() as tmp:
-        app = create_app(_config(Path(tmp), audit), watch_interval_s=None)
+    with tempfile.TemporaryDirectory() as tmp, OtlpSink() as sink:
+        app = create_app(_config(Path(tmp), audit, telemetry, sink.endpoint), watch_interval_s=None)
         headers = [
             (b"authorization", f"Bearer {KEY}".encode()),
             (b"content-type", b"application/json"),
@@ -191,6 +200,7 @@ def measure(*, audit: bool, requests: int, warmup: int = 300) -> dict[str, Any]:
         cpu_s, wall_s = asyncio.run(run())
     return {
         "audit": audit,
+        "telemetry": telemetry,
         "requests": requests,
         "cpu_us_per_request": round(cpu_s / requests * 1e6, 1),
         "wall_us_per_request": round(wall_s / requests * 1e6, 1),
@@ -201,17 +211,18 @@ def measure(*, audit: bool, requests: int, warmup: int = 300) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.inprocess", description=__doc__.split("\n")[0])
     parser.add_argument("--audit", action="store_true", help="audit trail on (WAL written, not shipped)")
+    parser.add_argument("--telemetry", choices=["off", "metrics", "traced"], default="off")
     parser.add_argument("--requests", type=int, default=3000, help="measured requests (default 3000)")
     parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = parser.parse_args(argv)
     if args.requests < 1 or args.warmup < 0:
         parser.error("--requests must be at least 1 and --warmup at least 0")
-    result = measure(audit=args.audit, requests=args.requests, warmup=args.warmup)
+    result = measure(audit=args.audit, requests=args.requests, warmup=args.warmup, telemetry=args.telemetry)
     if args.json:
         print(json.dumps(result))
     else:
-        mode = "audit on " if result["audit"] else "audit off"
+        mode = ("audit on " if result["audit"] else "audit off") + f", telemetry {result['telemetry']}"
         print(
             f"{mode}: {result['cpu_us_per_request']} µs CPU, {result['wall_us_per_request']} µs wall per request "
             f"({result['requests']} requests, Python {result['python']})"

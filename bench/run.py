@@ -186,6 +186,12 @@ class Runner:
                 cloud_audit = self._start_cloud(profile.gateway.audit, gateway_env)
             # The profile's own audit: keys (commit delay, say) refine the cloud's block.
             overrides["audit"] = deep_merge(cloud_audit, overrides.get("audit", {}))
+        tracing = overrides.get("telemetry", {}).get("tracing", {})
+        if tracing.get("enabled") and not tracing.get("endpoint"):
+            from bench.otlp_sink import OtlpSink
+
+            self.otlp_sink = OtlpSink().__enter__()  # in this process: its CPU is not the gateway's
+            tracing["endpoint"] = self.otlp_sink.endpoint
         config = gateway_config(self.mock.url, profile.mock.faults, digest, overrides)
         pricing = config.get("governance", {}).get("pricing", {})
         if pricing.get("catalogFile"):  # a profile names it relative to bench/

@@ -277,6 +277,9 @@ def gateway_config(mock_url: str, faults: str, key_digest: str, overrides: Mappi
                 "keys": [{"id": "bench-key", "sha256": key_digest}],
             }
         ],
+        # Observability off unless a profile turns it on (fixed-500-telemetry), so every other
+        # profile stays comparable with its baseline.
+        "telemetry": {"metrics": {"enabled": False}},
     }
     return deep_merge(config, overrides)
 

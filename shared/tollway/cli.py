@@ -58,10 +58,20 @@ def _fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def _configure_logging(level: str, access_log: bool) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
-    logging.getLogger("tollway.access").setLevel(logging.INFO if access_log else logging.WARNING)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+def _configure_logging(level: str, access_log: bool, fmt: str = "json") -> None:
+    """One handler on the root logger: JSON lines on stderr, or ``fmt="text"`` for a person reading them.
+
+    ``TOLLWAY_LOG_FORMAT`` overrides ``fmt``; it is in the environment of every process this one
+    starts, so the workers, the audit shipper and the local cloud all log in the same format. A bad
+    value fails here, before anything listens.
+    """
+    from tollway.telemetry.logs import configure_logging, env_log_format, parse_log_format
+
+    try:
+        chosen = env_log_format(parse_log_format(fmt))
+    except ValueError as exc:
+        _fail(str(exc))
+    configure_logging(level, fmt=chosen, access_log=access_log)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -86,8 +96,9 @@ def _worker(sock: socket.socket, config_path: str, log_level: str, access_log: b
     from tollway.server.app import create_app
     from tollway.server.protocol import gateway_protocol
 
-    _configure_logging(log_level, access_log)
-    admission = load_config(Path(config_path)).admission
+    cfg = load_config(Path(config_path))
+    _configure_logging(log_level, access_log, cfg.telemetry.logFormat)
+    admission = cfg.admission
     config = uvicorn.Config(
         app=lambda: create_app(config_path),
         factory=True,
@@ -100,6 +111,7 @@ def _worker(sock: socket.socket, config_path: str, log_level: str, access_log: b
         lifespan="on",
         access_log=False,
         log_level="warning",
+        log_config=None,  # uvicorn's own handlers would print text lines: its loggers go through ours
         timeout_keep_alive=30,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         h11_max_incomplete_event_size=64 * 1024,
@@ -143,6 +155,7 @@ def _supervise(sock: socket.socket, config_path: str, workers: int, log_level: s
         for i, p in enumerate(procs):
             if not p.is_alive() and not stopping:
                 log.error("worker %s exited with %s; restarting", p.pid, p.exitcode)
+                _forget_metrics_of(p.pid)
                 procs[i] = spawn(i)
     for p in procs:
         if p.is_alive():
@@ -155,6 +168,14 @@ def _supervise(sock: socket.socket, config_path: str, workers: int, log_level: s
             log.warning("worker %s did not stop within %d s; killing it", p.pid, GRACEFUL_SHUTDOWN_S + 5)
             p.kill()
             p.join(timeout=5)
+
+
+def _forget_metrics_of(pid: int | None) -> None:
+    """A dead worker's live gauges (requests in flight, …) must not count in the next scrape."""
+    if pid and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
 def preflight(config_path: str, *, env_secrets_only: bool = False) -> None:
@@ -176,6 +197,15 @@ def preflight(config_path: str, *, env_secrets_only: bool = False) -> None:
     except ConfigError as exc:
         _print_issues(config_path, exc, prefix="tollway: error: ")
         raise SystemExit(2) from None
+    tracing = cfg.telemetry.tracing
+    if tracing.enabled:
+        from tollway.telemetry.tracing import resolve_endpoint
+
+        if resolve_endpoint(tracing.endpoint) is None:
+            _fail(
+                "telemetry.tracing is enabled but names no collector: set telemetry.tracing.endpoint "
+                "or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT"
+            )
     refs = [
         (f"principals[{i}].keys[{j}].secretRef", key.secretRef)
         for i, principal in enumerate(cfg.principals)
@@ -255,6 +285,7 @@ def stop_in_order(children: Sequence[Child]) -> None:
 
 def run_server(sock: socket.socket, config_path: str, workers: int, log_level: str, access_log: bool) -> None:
     """Serve until stopped, then stop the audit shipper: it ships what the gateway's WAL still holds."""
+    metrics_dir = _start_metrics(config_path)
     shipper = _start_audit_shipper(config_path, workers)
     try:
         if workers == 1:
@@ -264,6 +295,36 @@ def run_server(sock: socket.socket, config_path: str, workers: int, log_level: s
     finally:
         if shipper is not None:
             stop_in_order([Child("audit shipper", shipper, _SHIPPER_STOP_S)])
+        if metrics_dir is not None:
+            import shutil
+
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _start_metrics(config_path: str) -> str | None:
+    """With metrics on, give every process of this server one directory for its metric files
+    (prometheus-client's multiprocess mode: a scrape of any worker aggregates them all), and
+    serve the scrape on ``telemetry.metrics.port`` from this process when one is set."""
+    import tempfile
+
+    from tollway.config.loader import load_config
+
+    metrics = load_config(Path(config_path)).telemetry.metrics
+    if not metrics.enabled:
+        return None
+    directory = tempfile.mkdtemp(prefix="tollway-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory  # read when prometheus_client is first imported
+    if metrics.port is not None:
+        from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+
+        registry = CollectorRegistry(auto_describe=False)
+        multiprocess.MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+        try:
+            start_http_server(metrics.port, addr=metrics.host, registry=registry)
+        except OSError as exc:
+            _fail(f"cannot serve metrics on {metrics.host}:{metrics.port}: {exc.strerror or exc}")
+        print(f"Tollway metrics on http://{metrics.host}:{metrics.port}/metrics", flush=True)
+    return directory
 
 
 def _listen(host: str, port: int, flag: str) -> socket.socket:
@@ -537,6 +598,7 @@ def up(args: argparse.Namespace) -> None:
                     f"  base URL : {base}",
                     f"  demo key : {demo_key}",
                     cloud_line,
+                    f"  metrics  : {base.removesuffix('/v1')}/metrics (Prometheus; docs/observability.md)",
                     "  models   : chat-fast-v1 (OpenAI-format mock), chat-claude-v1 (Anthropic-format mock)",
                     "",
                     "  from openai import OpenAI",

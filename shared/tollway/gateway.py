@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, TypeAlias, TypeVar
 
 from tollway.canonical import (
     SEMANTIC_EVENTS,
@@ -45,6 +45,11 @@ from tollway.routing.plan import AliasPlan, RouteTarget
 from tollway.routing.retry import affects_health
 from tollway.routing.strategies import SelectionInput
 from tollway.sse import SseFrameTooLarge, aiter_sse
+from tollway.wire import UpstreamRequest
+
+if TYPE_CHECKING:
+    from tollway.telemetry.metrics import GatewayMetrics
+    from tollway.telemetry.tracing import RequestTrace
 
 __all__ = ["AttemptRecord", "CommittedStream", "Gateway", "RecoverableStream", "RequestContext"]
 
@@ -74,6 +79,10 @@ class AttemptRecord:
     """Connection set-up time (``0.0``: a pooled connection reused); set only while audited."""
     skipped_events: int = 0
     """Upstream stream events that did not decode and were skipped (at most one survives)."""
+    reason: str = "first"
+    """Why it was made: first, retry (the same route again), fallback, or continuation."""
+    provider_format: str = ""
+    """The deployment's wire format (``openai-chat-completions``, ``anthropic-messages``)."""
 
 
 class AttemptAudit(Protocol):
@@ -114,6 +123,8 @@ class RequestContext:
     """The canary/A-B bucket the route decision put the request in (audited with each attempt)."""
     answered: RouteTarget | None = None
     """The route whose attempt succeeded (for a stream: the one that committed)."""
+    trace: RequestTrace | None = None
+    """Set only for a sampled request: its trace, whose spans are built when it ends."""
 
     @property
     def response_model(self) -> str:
@@ -328,7 +339,7 @@ async def _open_upstream(
     setup deadline; the exit stack closes the upstream response."""
     setup_deadline = asyncio.get_running_loop().time() + ctx.root.limits.stream_setup_timeout_s
     codec = target.deployment.codec
-    upstream = codec.encode_request(req, target.target)
+    upstream = _traced(ctx, record, codec.encode_request(req, target.target))
     stack = AsyncExitStack()
     try:
         try:
@@ -349,6 +360,16 @@ async def _open_upstream(
     record.first_event_s = time.monotonic() - record.started
     target.health.observe_ttft(record.first_event_s)
     return stack, prelude, events
+
+
+def _traced(ctx: RequestContext, record: AttemptRecord, upstream: UpstreamRequest) -> UpstreamRequest:
+    """The upstream request, with ``traceparent`` naming the attempt's span when the request is
+    traced and the tracing config propagates upstream (``RequestTrace.propagate``)."""
+    trace = ctx.trace
+    if trace is None or not trace.propagate:
+        return upstream
+    header = trace.upstream_traceparent(record.number)
+    return dataclasses.replace(upstream, headers={**upstream.headers, "traceparent": header})
 
 
 async def _prelude(events: AsyncIterator[StreamEvent], deadline: float) -> list[StreamEvent]:
@@ -413,10 +434,12 @@ class Gateway:
         self._sleep = sleep
         self.governor = governor
         """Takes each target's quota-group capacity before dispatch (``None``: no capacity limits)."""
+        self.metrics: GatewayMetrics | None = None
+        """Counts targets skipped for saturation (set by the runtime when metrics are on)."""
 
     async def complete(self, ctx: RequestContext, req: CanonicalRequest) -> CanonicalResponse:
         async def attempt(target: RouteTarget, record: AttemptRecord) -> CanonicalResponse:
-            upstream = target.deployment.codec.encode_request(req, target.target)
+            upstream = _traced(ctx, record, target.deployment.codec.encode_request(req, target.target))
             timing = record if ctx.audit is not None else None
             status, headers, body = await target.deployment.transport.send(upstream, timing)
             if status >= 400:
@@ -632,16 +655,17 @@ class Gateway:
         capacity = gov.capacity.get(target.deployment.quota_group_id) if governor is not None else None
         if capacity and governor is not None:
             if not await governor.take_capacity(ctx.governance, capacity, ctx.reserved_tokens, gov.lease_wait_s):
+                self._saturated(ctx, target, "capacity")
                 return "capacity"
         return ""
 
-    @staticmethod
-    async def _begin(ctx: RequestContext, n: int, target: RouteTarget, reason: _Reason) -> AttemptRecord | None:
+    async def _begin(self, ctx: RequestContext, n: int, target: RouteTarget, reason: _Reason) -> AttemptRecord | None:
         """Take the target's health ticket and record the attempt's start (under local-durable,
         durably: an audit failure here fails the request with nothing sent upstream) before
         anything is sent; ``None`` when the target refuses the attempt."""
         ticket = target.health.try_start()
         if ticket is None:
+            self._saturated(ctx, target, "slots")
             return None
         try:
             if ctx.audit is not None:
@@ -649,9 +673,23 @@ class Gateway:
         except BaseException:
             target.health.on_abandon(ticket=ticket)
             raise
-        record = AttemptRecord(n, target.route_id, target.deployment.id, time.monotonic(), ticket=ticket)
+        record = AttemptRecord(
+            n,
+            target.route_id,
+            target.deployment.id,
+            time.monotonic(),
+            ticket=ticket,
+            reason=reason,
+            provider_format=target.deployment.format.value,
+        )
         ctx.attempts.append(record)
         return record
+
+    def _saturated(self, ctx: RequestContext, target: RouteTarget, reason: str) -> None:
+        """A target skipped because its capacity was taken: quota-group RPM/TPM, or its in-flight
+        and half-open probe slots."""
+        if self.metrics is not None:
+            self.metrics.route_saturation.child(ctx.plan.name, target.route_id, reason).inc()
 
     @staticmethod
     def _settled(ctx: RequestContext, record: AttemptRecord) -> None:

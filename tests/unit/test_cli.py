@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import logging
 import os
 import re
 import signal
@@ -99,6 +100,8 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[l
 
     environ = dict(os.environ)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    root = logging.getLogger()
+    log_handlers, log_level = list(root.handlers), root.level
     monkeypatch.setattr(subprocess, "Popen", refuse)
     monkeypatch.setattr(cli, "bind_socket", no_listen)
     monkeypatch.chdir(tmp_path)
@@ -111,6 +114,8 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[l
         os.environ.update(environ)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+        root.handlers[:] = log_handlers  # serve and up install the JSON handler on the root logger
+        root.setLevel(log_level)
 
 
 def _config(tmp_path: Path, **changes: Any) -> Path:

@@ -125,6 +125,7 @@ def _request_lines(r: RequestRecord) -> list[str]:
                 ("alias", r.alias),
                 ("stream", r.stream),
                 ("content", r.content_mode),
+                *([("trace", r.trace_id)] if r.trace_id else []),
             ]
         ),
         "  "

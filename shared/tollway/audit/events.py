@@ -187,20 +187,18 @@ def request_admitted(
     stream: bool,
     content_mode: ContentMode,
     max_attempts: int,
+    trace_id: str | None = None,
 ) -> AuditEvent:
-    return _event(
-        "request_admitted",
-        request_id,
-        None,
-        root_digest,
-        {
-            **_caller(principal_id, tenant, team, key_id, alias),
-            "operation": "chat.completions",
-            "stream": stream,
-            "contentMode": content_mode,
-            "maxAttempts": max_attempts,
-        },
-    )
+    body: dict[str, Any] = {
+        **_caller(principal_id, tenant, team, key_id, alias),
+        "operation": "chat.completions",
+        "stream": stream,
+        "contentMode": content_mode,
+        "maxAttempts": max_attempts,
+    }
+    if trace_id is not None:
+        body["traceId"] = trace_id  # the request's trace (traced requests only): 32 hex digits
+    return _event("request_admitted", request_id, None, root_digest, body)
 
 
 def attempt_started(

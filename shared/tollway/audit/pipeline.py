@@ -126,6 +126,18 @@ class AuditPipeline:
                 await asyncio.wait_for(self._task, timeout_s)
         await asyncio.to_thread(self.writer.close, timeout_s)
 
+    def acked(self) -> int | None:
+        """The highest WAL sequence the queue has acknowledged (``None`` before any is known)."""
+        if self.shipper is not None:
+            acked = self.shipper.stats()["acked"]
+            return int(acked) if acked is not None else None
+        from tollway.audit.wal import WalError, WalReader
+
+        try:
+            return WalReader(self.directory).acked
+        except WalError:
+            return None
+
     def stats(self) -> dict[str, Any]:
         """Numbers only (``/healthz`` is unauthenticated): no paths, queue names, endpoints or error text."""
         wal = self.writer.stats()

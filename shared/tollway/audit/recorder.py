@@ -118,6 +118,7 @@ class AuditRecorder:
                 stream=stream,
                 content_mode=self._content_mode,
                 max_attempts=ctx.plan.retry.max_attempts,
+                trace_id=ctx.trace.trace_id_hex if ctx.trace is not None else None,
             )
         )
 

@@ -167,7 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub.add_parser("describe", parents=[common, remote], help="print the resources' actual state as JSON")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from tollway.telemetry.logs import configure_logging, env_log_format
+
+    configure_logging(args.log_level, fmt=env_log_format())  # JSON lines on stderr, as the gateway writes them
     try:
         topo = topology(args.prefix)
     except ValueError as exc:

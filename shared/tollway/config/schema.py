@@ -22,6 +22,7 @@ __all__ = [
     "GovernanceConfig",
     "KeyConfig",
     "LimitsConfig",
+    "MetricsConfig",
     "ModelConfig",
     "OutlierDetectionConfig",
     "PolicyConfig",
@@ -32,6 +33,8 @@ __all__ = [
     "RouteConfig",
     "RouterConfig",
     "RoutingConfig",
+    "TelemetryConfig",
+    "TracingConfig",
 ]
 
 Capability = Literal["streaming", "tools", "vision", "json_object", "json_schema"]
@@ -348,6 +351,56 @@ class CorsConfig(_Model):
     maxAgeSeconds: int = Field(default=600, ge=0, le=86400)
 
 
+class MetricsConfig(_Model):
+    """Prometheus metrics (docs/observability.md). Fixed at start: a reload does not change them."""
+
+    enabled: bool = True
+    path: str = Field(default="/metrics", pattern=r"^/[A-Za-z0-9/_.-]*$")
+    access: Literal["admin", "public"] = "admin"
+    """On the gateway's own listener: ``admin`` answers only a key with the admin role (a scraper
+    sends it as a bearer token); ``public`` answers anyone who can reach the port."""
+    port: int | None = Field(default=None, ge=0, le=65535)
+    """A separate listener for the scrape instead (no key; bound to ``host``). The gateway's own
+    listener then has no metrics path. In server mode the supervisor serves it, aggregated
+    across the worker processes."""
+    host: str = "127.0.0.1"
+    maxLabelSets: int = Field(default=2000, ge=10, le=100000)
+    """The cardinality guard: a metric refuses a new label-value set past this many (each refusal
+    is counted on ``tollway_metric_label_sets_refused_total``, and nothing is exported for it)."""
+    overheadHeader: bool = False
+    """Put ``x-tollway-overhead-ms`` (the time the gateway itself added) on every answer."""
+
+
+class TracingConfig(_Model):
+    """OpenTelemetry traces over OTLP/HTTP; off by default (docs/observability.md). Fixed at start."""
+
+    enabled: bool = False
+    endpoint: str = ""
+    """The collector's OTLP/HTTP traces URL, e.g. ``http://127.0.0.1:4318/v1/traces``; empty uses
+    ``$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, then ``$OTEL_EXPORTER_OTLP_ENDPOINT`` + ``/v1/traces``."""
+    sampleRatio: float = Field(default=0.01, ge=0, le=1)
+    """The share of requests traced when no sampled ``traceparent`` decides for them."""
+    honourTraceparent: bool = True
+    """A client's W3C ``traceparent`` makes the request's span its child and decides the sampling."""
+    propagateUpstream: bool = False
+    """Send ``traceparent`` to the provider on each traced attempt (off: a provider learns nothing of
+    the client's trace)."""
+    serviceName: str = Field(default="tollway", min_length=1, max_length=128)
+    exportTimeoutMs: int = Field(default=5000, ge=100, le=60000)
+    maxQueueSize: int = Field(default=2048, ge=16, le=1_000_000)
+    """Spans waiting for export; past it new spans are dropped (and counted), never waited for."""
+
+
+class TelemetryConfig(_Model):
+    """Metrics, traces and logs (docs/observability.md)."""
+
+    environment: str = Field(default="local", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    """The ``environment`` label on every metric, and the traces' ``deployment.environment.name``."""
+    logFormat: Literal["json", "text"] = "json"
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
+
+
 class RouterConfig(_Model):
     enabled: bool = True
     pathPrefix: str = "/v1"
@@ -369,3 +422,5 @@ class RouterConfig(_Model):
     principals: list[PrincipalConfig] = Field(default_factory=list)
     audit: AuditConfig = Field(default_factory=AuditConfig)
     governance: GovernanceConfig = Field(default_factory=GovernanceConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    """Fixed at start: a reload does not change it."""

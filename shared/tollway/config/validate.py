@@ -132,6 +132,7 @@ def check(cfg: RouterConfig) -> Findings:
     _check_principals(cfg, issues)
     _check_audit(cfg.audit, issues)
     _check_governance(cfg, issues)
+    _check_telemetry(cfg, issues)
     return Findings(issues.items, issues.warnings)
 
 
@@ -541,6 +542,23 @@ def _check_audit(audit: AuditConfig, issues: _Issues) -> None:
     issues.positive("audit.sink.batchSize", sink.batchSize)
     if not 1 <= sink.flushIntervalMs <= 60000:
         issues.add("audit.sink.flushIntervalMs", "must be between 1 and 60000")
+
+
+_FIXED_PATHS = ("/healthz", "/admin/v1/routes")
+
+
+def _check_telemetry(cfg: RouterConfig, issues: _Issues) -> None:
+    metrics, tracing = cfg.telemetry.metrics, cfg.telemetry.tracing
+    path = metrics.path
+    if path in _FIXED_PATHS or path == cfg.pathPrefix or path.startswith(cfg.pathPrefix + "/"):
+        issues.add("telemetry.metrics.path", f"{path!r} is taken by the gateway's own routes; choose another")
+    if metrics.port is not None and metrics.host not in ("127.0.0.1", "::1", "localhost") and metrics.access == "admin":
+        issues.warn(
+            "telemetry.metrics.port",
+            f"the metrics listener on {metrics.host} answers without a key; restrict who can reach it",
+        )
+    if tracing.endpoint and not tracing.endpoint.startswith(("http://", "https://")):
+        issues.add("telemetry.tracing.endpoint", "must be an http:// or https:// URL (OTLP over HTTP)")
 
 
 _SCOPE_KINDS = ("tenant", "team", "principal", "key")

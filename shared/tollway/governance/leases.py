@@ -388,6 +388,9 @@ class LocalLedger:
         self._jobs: set[asyncio.Task[None]] = set()
         """Calls to the store in flight, one at most per counter."""
         self._closing = False
+        self.on_wait: Callable[[str, float], None] | None = None
+        """Told of each reservation that had to wait for a lease: its outcome (``granted``,
+        ``denied``, ``timed_out``) and how long it waited (the runtime's metrics)."""
 
     def now(self) -> float:
         """The ledger's clock (epoch seconds): what decides the window."""
@@ -559,15 +562,22 @@ class LocalLedger:
         finds the counter at its limit or the store failing ends the wait with that reason.
         """
         charges = tuple(charges)
-        deadline = time.monotonic() + (self.policy.wait_s if timeout is None else timeout)
+        started = time.monotonic()
+        deadline = started + (self.policy.wait_s if timeout is None else timeout)
+        waited = False
         while True:
             holds = self._holds(charges)  # again each time: the window may have moved on
             result = self._try(holds)
             if not isinstance(result, Denial) or result.reason is not DenyReason.LEASE_PENDING:
+                if waited and self.on_wait is not None:
+                    self.on_wait("granted" if not isinstance(result, Denial) else "denied", time.monotonic() - started)
                 return result
             left = deadline - time.monotonic()
             if left <= 0:
+                if self.on_wait is not None:
+                    self.on_wait("timed_out", time.monotonic() - started)
                 return Denial(DenyReason.STORE_UNAVAILABLE, result.limit)
+            waited = True
             short = [h for h in holds if h.short()]
             for h in short:
                 h.counter.waiting += h.amount

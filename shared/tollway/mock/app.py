@@ -151,8 +151,11 @@ class MockApp:
         seq = next(self._seq)
         bearer = api_key = auth = False
         header_faults: dict[str, str] | None = None
+        traceparent: str | None = None
         for name, value in scope["headers"]:
-            if name == b"authorization":
+            if name == b"traceparent":
+                traceparent = value.decode("latin-1")
+            elif name == b"authorization":
                 auth = True
                 bearer = value[:7].lower() == b"bearer " and bool(value[7:].strip())
             elif name == b"x-api-key":
@@ -173,6 +176,8 @@ class MockApp:
             "faults": "",
             "status": None,
         }
+        if traceparent is not None:
+            record["traceparent"] = traceparent  # W3C trace context the gateway propagated, if any
         self._log.append(record)
         exchange = _Exchange(wire, seq, record, receive, send)
         raw = await _read_body(receive)

@@ -145,6 +145,11 @@ class Admission:
             self._held_lag_s, self._held_at = median, now
         self.loop_lag_s = max(median, min(own, self._held_lag_s))
 
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a request permit."""
+        return len(self._waiting)
+
     def acquire_stream(self, root: PublishedRoot) -> None:
         """Take a stream permit as well, once the request is known to stream."""
         if self.streams >= root.limits.max_concurrent_streams:

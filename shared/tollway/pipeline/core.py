@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
 
-import orjson
-
 from tollway.canonical import CanonicalResponse, StreamEvent, estimate_request_tokens
 from tollway.config.root import GatewayLimits, PublishedRoot, RootHolder
 from tollway.exceptions import (
@@ -45,6 +43,7 @@ from tollway.gateway import CommittedStream, Gateway, RequestContext
 from tollway.governance.principals import Principal, authenticate
 from tollway.pipeline.admission import Admission
 from tollway.pipeline.frontend import FrontEnd, ResponseMeta, StreamEncoder
+from tollway.pipeline.observe import Observer
 from tollway.pipeline.stage import Call, Stage, StreamTransform
 from tollway.pipeline.stages.audit import AuditStage
 from tollway.routing.plan import AliasPlan
@@ -109,6 +108,9 @@ class StreamReply:
     limits: GatewayLimits
     lifetime_frame: bytes
     """The error frame sent when the stream outlives ``maxStreamLifetimeMs``."""
+    on_cut: Callable[[str], None]
+    """Told why the HTTP layer ended the stream early (``slow``, ``stalled``, ``lifetime``), before ``on_close``."""
+    headers: Mapping[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -135,10 +137,13 @@ class Pipeline:
         *,
         audit: AuditStage | None = None,
         hold_done: bool = False,
+        observer: Observer | None = None,
     ) -> None:
         self.holder = holder
         self.admission = admission
         self.gateway = gateway
+        self.observer = observer
+        """Metrics and traces (``None``: both off, and the request path does nothing for them)."""
         self.audit = audit
         """Records requests refused before their plan's stages ran; also the attempts' audit hook."""
         self.hold_done = hold_done
@@ -161,13 +166,20 @@ class Pipeline:
     async def run(self, front: FrontEnd, inbound: Inbound) -> Reply | StreamReply:
         """Serve one request in ``front``'s format; every error becomes that format's envelope."""
         root = self.holder.root
-        call = Call(inbound.request_id)
+        call = Call(inbound.request_id, time.monotonic())
+        if self.observer is not None:
+            self.observer.start(call, inbound.headers)
         life = _Lifecycle(self, call, root)
         try:
             async with life:
                 return await self._serve(front, inbound, root, call, life)
         except GatewayError as err:
             reply = front.encode_error(err)
+            observer = self.observer
+            if observer is not None and observer.overhead_header:
+                return Reply(
+                    reply.status, reply.body, {**reply.headers, **observer.overhead_headers(call, time.monotonic())}
+                )
             return Reply(reply.status, reply.body, reply.headers)
         except ClientGone:
             return Reply(499, b"")
@@ -184,6 +196,9 @@ class Pipeline:
         limits = root.limits
         raw = await inbound.read_body(limits.max_request_body_bytes, limits.body_read_timeout_s)
         creq = front.decode(raw, life.resolve)
+        trace = call.trace
+        if trace is not None:
+            trace.mark("resolved")
         plan = call.alias
         assert plan is not None
         input_tokens = estimate_request_tokens(creq)
@@ -204,15 +219,20 @@ class Pipeline:
             session_id=session_id[:128] if session_id else None,
             audit=self.audit.recorder if self.audit is not None else None,
             input_tokens=input_tokens,
+            trace=trace,
         )
         call.request = creq
         for stage in plan.stages:
             await stage.before(call)
             life.entered += 1
+        if trace is not None:
+            trace.mark("stages_before")
         created = int(time.time())
+        observer = self.observer
         if creq.stream:
             async with _cancel_on_disconnect(inbound.disconnected):
                 committed = await self.gateway.open_stream(ctx, creq)
+            call.committed_at = time.monotonic()
             try:
                 encoder = front.encode_stream(ResponseMeta(call.request_id, created, ctx.response_model), creq)
                 lifetime_frame = encoder.error(DeadlineExceeded("The stream exceeded its maximum lifetime."))
@@ -222,13 +242,20 @@ class Pipeline:
             except BaseException as exc:  # nothing will read the stream: close it and settle its attempt
                 await committed.aclose(exc)
                 raise
-            return StreamReply(session.frames(), session.close, limits, lifetime_frame)
+            extra = (
+                observer.overhead_headers(call, call.committed_at)
+                if observer is not None and observer.overhead_header
+                else None
+            )
+            return StreamReply(session.frames(), session.close, limits, lifetime_frame, session.cut, extra)
         async with _cancel_on_disconnect(inbound.disconnected):
             response = await self.gateway.complete(ctx, creq)
         if plan.stages:
             await _after(plan.stages, call, response)
         body = front.encode_response(ResponseMeta(call.request_id, created, ctx.response_model), response)
         call.status = 200
+        if observer is not None and observer.overhead_header:
+            return Reply(200, body, observer.overhead_headers(call, time.monotonic()))
         return Reply(200, body)
 
 
@@ -310,8 +337,11 @@ class _Lifecycle:
         call = self.call
         pipeline = self.pipeline
         cancelled: asyncio.CancelledError | None = None
+        trace = call.trace
         try:
             _log_access(call)  # before the stages: its duration is the request's, not an audit commit's
+            if trace is not None:
+                trace.mark("finish_start")
             if call.alias is not None:
                 for stage in call.alias.stages[: self.entered]:
                     try:
@@ -324,6 +354,10 @@ class _Lifecycle:
                         )
             if not call.admitted_at and pipeline.audit is not None:
                 pipeline.audit.rejected(call, self._root.digest)
+            if pipeline.observer is not None:
+                if trace is not None:
+                    trace.mark("finish_end")
+                pipeline.observer.finish(call, time.monotonic())
         finally:
             if self.permit:
                 pipeline.admission.release(self.stream_permit)
@@ -347,7 +381,7 @@ def _log_access(call: Call) -> None:
         record["attempts"] = [(a.route_id, a.outcome, a.error_category) for a in ctx.attempts]
         if ctx.usage is not None:
             record["usage"] = [ctx.usage.prompt_tokens, ctx.usage.completion_tokens, ctx.usage.evidence.value]
-    access_log.info(orjson.dumps(record).decode())
+    access_log.info("request", extra=record)
 
 
 @contextlib.asynccontextmanager
@@ -439,6 +473,9 @@ class _StreamSession:
         except BaseException as exc:
             self._error = exc
             raise
+
+    def cut(self, reason: str) -> None:
+        self._life.call.cut = reason
 
     async def close(self) -> None:
         if self._closed:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from tollway.governance.meter import CostRecord
     from tollway.governance.principals import Principal
     from tollway.routing.plan import AliasPlan
+    from tollway.telemetry.tracing import RequestTrace
 
 __all__ = ["BaseStage", "Call", "Stage", "StreamTransform"]
 
@@ -37,17 +38,29 @@ class Call:
         "alias",
         "code",
         "commit",
+        "committed_at",
         "cost",
         "ctx",
+        "cut",
         "principal",
         "request",
         "request_id",
+        "started",
         "status",
         "stream",
+        "trace",
     )
 
-    def __init__(self, request_id: str) -> None:
+    def __init__(self, request_id: str, started: float = 0.0) -> None:
         self.request_id = request_id
+        self.started = started
+        """Monotonic time the pipeline took the request (its duration and overhead start here)."""
+        self.trace: RequestTrace | None = None
+        """The request's trace, when it is sampled (:mod:`tollway.telemetry.tracing`)."""
+        self.committed_at = 0.0
+        """Monotonic time a stream committed (its first token was in hand); 0 for no stream."""
+        self.cut: str | None = None
+        """Why the gateway ended a stream early (slow, stalled, lifetime, disconnect), if it did."""
         self.principal: Principal | None = None
         self.alias: AliasPlan | None = None
         """The resolved alias plan (set before the body is checked against it)."""

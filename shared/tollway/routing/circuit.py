@@ -118,6 +118,7 @@ class CircuitBreaker:
         "probes_in_flight",
         "reopen_count",
         "retry_at",
+        "transitions",
         "window",
     )
 
@@ -134,6 +135,9 @@ class CircuitBreaker:
         self.probes_in_flight = 0
         self.reopen_count = 0
         """Half-open probes that failed since the circuit last closed."""
+        self.transitions = dict.fromkeys(CircuitState, 0)
+        """Entries into each state since start: a metrics sampler reads the deltas, so a transition
+        costs one increment here and nothing on the request path."""
 
     def set_policy(self, policy: CircuitPolicy) -> None:
         """Adopt a reloaded policy without forgetting state; a new window length restarts the window."""
@@ -224,6 +228,7 @@ class CircuitBreaker:
 
     def _enter(self, state: CircuitState) -> None:
         self._state = state
+        self.transitions[state] += 1
         self._epoch += 1
         self.probes_in_flight = 0
         if state is CircuitState.CLOSED:

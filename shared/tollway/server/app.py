@@ -30,8 +30,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tollway.audit.pipeline import AuditPipeline, external_shipper
 from tollway.exceptions import GatewayError, MethodNotAllowed, NotFound
 from tollway.server.http import error_response
+from tollway.server.observe import metrics_endpoint, start_sampler
 from tollway.server.routes import admin, chat, health, models, usage
 from tollway.server.runtime import GatewayRuntime
+from tollway.telemetry.logs import bind_request, reset_request
 
 __all__ = ["create_app"]
 
@@ -68,6 +70,7 @@ class RequestIdMiddleware:
                 progress[1] = True
             await send(message)
 
+        tokens = bind_request(rid)  # every log line of this request carries its id (and trace id)
         try:
             await self.app(scope, receive, send_with_id)
         except Exception:
@@ -76,6 +79,8 @@ class RequestIdMiddleware:
             log.exception("unhandled error (request %s)", rid)
             if not progress[0]:
                 await error_response(GatewayError())(scope, receive, send_with_id)
+        finally:
+            reset_request(tokens)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -135,6 +140,7 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
             # On Lambda one environment serves one request at a time and is frozen between
             # invocations, so a lag sample would measure the freeze; concurrency is the limit there.
             tasks.append(asyncio.ensure_future(runtime.admission.monitor_loop_lag()))
+            start_sampler(runtime, tasks)
         try:
             yield
         finally:
@@ -161,6 +167,9 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
     app.router.add_route(f"{prefix}/usage", usage.usage, methods=["GET"])
     app.router.add_route("/healthz", health.healthz, methods=["GET"])
     app.router.add_route("/admin/v1/routes", admin.admin_routes, methods=["GET"])
+    metrics = runtime.telemetry_config.metrics
+    if metrics.enabled and metrics.port is None:  # with a port of its own, only that listener serves it
+        app.router.add_route(metrics.path, metrics_endpoint, methods=["GET"])
     cors = runtime.cors_config
     if cors.allowedOrigins:  # off by default, and then no layer at all
         from tollway.server.cors import install_cors

@@ -90,7 +90,8 @@ def render(reply: Reply | StreamReply) -> Response:
     return SseResponse(
         reply.frames,
         on_close=reply.on_close,
-        headers={},
+        on_cut=reply.on_cut,
+        headers=reply.headers or {},
         write_timeout_s=limits.downstream_write_timeout_s,
         lifetime_s=limits.max_stream_lifetime_s,
         lifetime_frame=reply.lifetime_frame,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from tollway.audit.pipeline import AuditPipeline
 from tollway.config.loader import load_config_with_warnings
 from tollway.config.root import Publisher, RootHolder
-from tollway.config.schema import AuditConfig, CorsConfig, GovernanceConfig
+from tollway.config.schema import AuditConfig, CorsConfig, GovernanceConfig, TelemetryConfig
 from tollway.exceptions import ConfigError, ConfigIssue, TollwayError
 from tollway.gateway import Gateway
 from tollway.governance.leases import LeasePolicy, LocalLedger
@@ -26,12 +26,15 @@ from tollway.governance.store import DynamoDBLeaseStore, LeaseStore, LeaseStoreS
 from tollway.pipeline.admission import Admission
 from tollway.pipeline.compile import stage_compiler
 from tollway.pipeline.core import Pipeline
+from tollway.pipeline.observe import Observer
 from tollway.pipeline.stages.audit import AuditStage
 from tollway.transport import build_transport
 from tollway.transport.base import TransportFactory
 
 if TYPE_CHECKING:
     from tollway.metering import UsageLedger
+    from tollway.telemetry.metrics import GatewayMetrics
+    from tollway.telemetry.tracing import Tracer
 
 __all__ = ["GatewayRuntime"]
 
@@ -53,6 +56,10 @@ class GatewayRuntime:
     process; policies, budgets and quota groups reload with the root."""
     cors_config: CorsConfig = field(default_factory=CorsConfig)
     """The ``cors:`` block as loaded at start: middleware is fixed when the app is built."""
+    telemetry_config: TelemetryConfig = field(default_factory=TelemetryConfig)
+    """The ``telemetry:`` block as loaded at start: instruments and exporters are built once."""
+    metrics: GatewayMetrics | None = None
+    tracer: Tracer | None = None
     pipeline: Pipeline | None = None
     """The request path (:meth:`attach_audit` builds it again with the audit recorder)."""
     _usage_ledger: UsageLedger | None = None
@@ -83,10 +90,40 @@ class GatewayRuntime:
             audit_config=cfg.audit,
             governance_config=cfg.governance,
             cors_config=cfg.cors,
+            telemetry_config=cfg.telemetry,
         )
         runtime._stamp = stamp  # taken before the read, so a write during start-up is seen by the watch
+        runtime._start_telemetry()
         runtime.attach_audit(None)
         return runtime
+
+    def _start_telemetry(self) -> None:
+        """Build the metrics and the tracer the ``telemetry:`` block asks for (neither: nothing at all)."""
+        cfg = self.telemetry_config
+        if cfg.metrics.enabled:
+            from tollway.telemetry.metrics import GatewayMetrics
+
+            metrics = self.metrics = GatewayMetrics(
+                environment=cfg.environment, max_label_sets=cfg.metrics.maxLabelSets
+            )
+            self.gateway.metrics = metrics
+            waits = metrics.lease_waits
+            self.governor.ledger.on_wait = lambda outcome, seconds: waits.child(outcome).observe(seconds)
+        if cfg.tracing.enabled:
+            from tollway.telemetry.tracing import Tracer
+
+            dropped = self.metrics.trace_spans_dropped.child() if self.metrics is not None else None
+            self.tracer = Tracer.from_config(
+                cfg.tracing,
+                environment=cfg.environment,
+                on_dropped=dropped.inc if dropped is not None else None,
+            )
+
+    @property
+    def observer(self) -> Observer | None:
+        if self.metrics is None and self.tracer is None:
+            return None
+        return Observer(self.metrics, self.tracer, overhead_header=self.telemetry_config.metrics.overheadHeader)
 
     def attach_audit(self, audit: AuditPipeline | None) -> None:
         """Put the process's audit pipeline (``None``: audit off) on the request path: the audit
@@ -101,6 +138,7 @@ class GatewayRuntime:
             self.gateway,
             audit=stage,
             hold_done=cfg.durability == "local-durable" and cfg.terminalCommitBeforeDone,
+            observer=self.observer,
         )
         self.publisher.stages = stage_compiler(self.gateway.governor, stage)
         self.holder.swap(self.publisher.restage(self.holder.root))
@@ -174,6 +212,13 @@ class GatewayRuntime:
             return await self._reload()
 
     async def _reload(self) -> bool:
+        applied = await self._reload_once()
+        if self.metrics is not None:
+            self.metrics.config_reloads.child(applied).inc()
+        return applied in ("applied", "unchanged")
+
+    async def _reload_once(self) -> str:
+        """``applied``, ``unchanged``, ``rejected`` (invalid) or ``unreadable``."""
         active = self.holder.root
         try:
             cfg, warnings = await asyncio.to_thread(load_config_with_warnings, self.config_path)
@@ -184,23 +229,23 @@ class GatewayRuntime:
                 active.generation,
                 "; ".join(str(i) for i in exc.issues),
             )
-            return False
+            return "rejected"
         except OSError as exc:
             log.error(
                 "config reload failed to read the file (%s); generation %d stays active",
                 exc.strerror,
                 active.generation,
             )
-            return False
+            return "unreadable"
         if candidate.digest == active.digest and candidate.pricing.version == active.pricing.version:
-            return True
+            return "unchanged"
         old = self.holder.swap(candidate)
         log.info("config generation %d active (digest %s)", candidate.generation, candidate.digest[:12])
         _log_warnings(warnings)
         task = asyncio.ensure_future(self.publisher.retire(old, candidate))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return True
+        return "applied"
 
     async def watch(self, interval_s: float = 1.0) -> None:
         """Poll the file's mtime and size; reload when they change."""
@@ -214,6 +259,8 @@ class GatewayRuntime:
     async def aclose(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+        if self.tracer is not None:
+            await asyncio.to_thread(self.tracer.shutdown)
         await self.governor.ledger.aclose()  # gives unused lease units back to the shared store
         store = self.governor.ledger.store
         if isinstance(store, DynamoDBLeaseStore):

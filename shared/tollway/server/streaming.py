@@ -29,7 +29,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 __all__ = ["SseResponse"]
 
-_Cut = Literal["disconnect", "stalled", "slow"]
+_Cut = Literal["disconnect", "stalled", "slow", "lifetime"]
 _BLOCKED_S = 0.001
 """A send that took longer than this waited for the client (uvicorn's send returns at once otherwise)."""
 
@@ -43,6 +43,7 @@ class SseResponse(Response):
         *,
         on_close: Callable[[], Awaitable[None]],
         headers: Mapping[str, str],
+        on_cut: Callable[[str], None] | None = None,
         write_timeout_s: float,
         lifetime_s: float,
         lifetime_frame: bytes,
@@ -60,6 +61,7 @@ class SseResponse(Response):
         ]
         self._frames = frames
         self._on_close = on_close
+        self._on_cut = on_cut
         self._write_timeout_s = write_timeout_s
         self._lifetime_s = lifetime_s
         self._lifetime_frame = lifetime_frame
@@ -85,6 +87,7 @@ class SseResponse(Response):
                         self._cut = "slow"
                         return  # no final frame: the client is not keeping up, close
         except TimeoutError:
+            self._cut = "lifetime"
             await self._frames.aclose()
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self._write_timeout_s):
@@ -138,6 +141,8 @@ class SseResponse(Response):
             if self._watchdog is not None:
                 self._watchdog.cancel()
             listener.cancel()
+            if self._cut is not None and self._cut != "disconnect" and self._on_cut is not None:
+                self._on_cut(self._cut)
             try:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await listener

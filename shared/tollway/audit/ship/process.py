@@ -402,7 +402,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.nice(args.nice)
         except OSError:  # a platform or sandbox that refuses it: ship at normal priority
             pass
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    from tollway.telemetry.logs import configure_logging, env_log_format
+
+    configure_logging("info", fmt=env_log_format(), stream=sys.stderr)  # JSON lines, as the gateway writes them
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:

@@ -50,7 +50,7 @@ def _fields(*names: str, kind: str) -> tuple[_Field, ...]:
 
 _ADMITTED_FIELDS: Final = (
     _Field("principalId", "str", required=True),
-    *_fields("tenantId", "teamId", "keyId", "alias", "operation", "contentMode", kind="str"),
+    *_fields("tenantId", "teamId", "keyId", "alias", "operation", "contentMode", "traceId", kind="str"),
     _Field("stream", "bool"),
     _Field("maxAttempts", "int"),
 )

@@ -64,6 +64,8 @@ class RequestRecord:
     content_mode: str | None = None
     max_attempts: int | None = None
     root_digest: str | None = None
+    trace_id: str | None = None
+    """The request's OpenTelemetry trace id, when it was traced."""
     status: int | None = None
     outcome: str | None = None
     error_code: str | None = None
@@ -150,6 +152,7 @@ def request_record(item: Mapping[str, Any], request_id: str | None = None) -> Re
         content_mode=_str(item, "contentMode"),
         max_attempts=_int(item, "maxAttempts"),
         root_digest=_str(item, "rootDigest"),
+        trace_id=_str(item, "traceId"),
         status=_int(item, "status"),
         outcome=_str(item, "outcome"),
         error_code=_str(item, "errorCode"),
