@@ -2,6 +2,17 @@
 
 from infra.constructs.function import Resources, TollwayFunction
 from infra.constructs.gateway import Gateway, GatewayParameters
+from infra.constructs.observability import AlarmParameters, Observability
 from infra.constructs.storage import QueueWithDlq, bucket, table
 
-__all__ = ["Gateway", "GatewayParameters", "QueueWithDlq", "Resources", "TollwayFunction", "bucket", "table"]
+__all__ = [
+    "AlarmParameters",
+    "Gateway",
+    "GatewayParameters",
+    "Observability",
+    "QueueWithDlq",
+    "Resources",
+    "TollwayFunction",
+    "bucket",
+    "table",
+]

@@ -169,9 +169,10 @@ class Gateway(Construct):
                 "substitutes its ${AWS::Region} (Fn::Sub under LambdaAdapterLayerArnIsDefault)",
             )
         )
+        self.buffered_name = f"{spec.name}-buffered"
         self.buffered = self._deployment(
             "Buffered",
-            function_name=f"{spec.name}-buffered",
+            function_name=self.buffered_name,
             description="Tollway gateway, buffered (Mangum)",
             handler=BUFFERED_HANDLER,
             layers=layers,

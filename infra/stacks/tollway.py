@@ -1,4 +1,5 @@
-"""One stage of Tollway: the gateway, the workers, and the queues, tables, buckets and secrets they use.
+"""One stage of Tollway: the gateway, the workers, the queues, tables, buckets and secrets they use, and
+the alarms and dashboard that watch them.
 
 Every name and setting comes from the :class:`~tollway.cloud.resources.Topology` passed in; this
 module only decides how each spec becomes CloudFormation, so the local cloud bootstrap (which
@@ -19,8 +20,10 @@ from constructs import Construct
 from infra.assets import REPO_ROOT, LayerZips, stage_function_code
 from infra.constructs.function import ARCHITECTURE, RUNTIME, Resources, TollwayFunction
 from infra.constructs.gateway import Gateway, GatewayParameters
+from infra.constructs.observability import AlarmParameters, Observability
 from infra.constructs.storage import QueueWithDlq, bucket, construct_id, table
 from tollway.cloud.resources import Topology
+from tollway.telemetry.emf import ENVIRONMENT_VARIABLE
 
 __all__ = ["StackInputs", "TollwayStack"]
 
@@ -78,7 +81,9 @@ class TollwayStack(Stack):
                 ("core", inputs.layers.core, "The tollway core library"),
             )
         ]
-        environment = topo.environment(Aws.ACCOUNT_ID, Aws.REGION)
+        # TOLLWAY_ENVIRONMENT: the ``environment`` dimension of the functions' metrics, which the
+        # alarms and the dashboard filter on (the gateway's config reads it for its own label).
+        environment = {**topo.environment(Aws.ACCOUNT_ID, Aws.REGION), ENVIRONMENT_VARIABLE: topo.prefix}
         # The gateway appends audit events to a WAL under /tmp; the tollway-wal-shipper extension
         # (its own layer, gateway functions only) ships them to the audit queue after each invoke.
         extension = lambda_.LayerVersion(
@@ -125,6 +130,18 @@ class TollwayStack(Stack):
             )
             worker.connect(spec, resources)
             self.workers[spec.key] = worker
+        self.observability = Observability(
+            self,
+            "Observability",
+            topology=topo,
+            gateway_functions=[
+                (topo.gateway.name, self.gateway.streaming),
+                (self.gateway.buffered_name, self.gateway.buffered),
+            ],
+            workers=self.workers,
+            queues=self.queues,
+            parameters=AlarmParameters.declare(self),
+        )
         self._outputs()
 
     def _outputs(self) -> None:

@@ -321,3 +321,71 @@ def test_heavy_modules_stay_off_the_functions_import_path(config_path: Path) -> 
     loaded = set(done.stdout.strip().split(","))
     assert {"mangum", "starlette", "tollway"} <= loaded
     assert not loaded & {"boto3", "botocore", "aws_cdk", "jsii", "moto", "fastapi", "granian", "matplotlib"}
+
+
+@pytest.fixture
+def runtime_metrics(handler: Any) -> Iterator[tuple[Any, Any]]:
+    """The buffered app's runtime and its metrics (a fresh ``GatewayMetrics`` when the config has none);
+    the runtime's own ``metrics`` is put back afterwards."""
+    from tollway.telemetry.metrics import GatewayMetrics
+
+    runtime = sys.modules["functions.gateway.handler"].app.state.runtime
+    missing = object()
+    saved = getattr(runtime, "metrics", missing)
+    metrics = saved if saved not in (None, missing) else GatewayMetrics(environment="fn-test")
+    runtime.metrics = metrics
+    try:
+        yield runtime, metrics
+    finally:
+        if saved is missing:
+            del runtime.metrics
+        else:
+            runtime.metrics = saved
+
+
+def emf_lines(out: str) -> list[dict[str, Any]]:
+    docs = [json.loads(line) for line in out.splitlines() if line.startswith('{"_aws"')]
+    for doc in docs:
+        assert doc["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Tollway"
+    return docs
+
+
+def test_each_invocation_prints_what_its_metrics_recorded_as_emf(
+    handler: Any, runtime_metrics: tuple[Any, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, metrics = runtime_metrics
+    handler(event("function_url_models.json"), FakeContext())  # flushes whatever came before
+    capsys.readouterr()
+    metrics.config_reloads.child("applied").inc()
+
+    resp = handler(event("function_url_models.json"), FakeContext())
+    assert resp["statusCode"] == 200
+    reloads = [d for d in emf_lines(capsys.readouterr().out) if "tollway_config_reloads_total" in d]
+    assert [d["tollway_config_reloads_total"] for d in reloads] == [1.0]
+
+    handler(event("function_url_models.json"), FakeContext())
+    assert not [d for d in emf_lines(capsys.readouterr().out) if "tollway_config_reloads_total" in d]
+
+
+def test_without_metrics_an_invocation_prints_no_emf(
+    handler: Any, runtime_metrics: tuple[Any, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    runtime, _ = runtime_metrics
+    runtime.metrics = None
+    capsys.readouterr()
+    assert handler(event("function_url_models.json"), FakeContext())["statusCode"] == 200
+    assert emf_lines(capsys.readouterr().out) == []
+
+
+def test_a_failing_flush_never_fails_the_invocation(
+    handler: Any, runtime_metrics: tuple[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    class Unreadable:
+        @property
+        def registry(self) -> Any:
+            raise RuntimeError("registry gone")
+
+    runtime, _ = runtime_metrics
+    runtime.metrics = Unreadable()
+    assert handler(event("function_url_models.json"), FakeContext())["statusCode"] == 200
+    assert "EMF metrics flush failed" in caplog.text

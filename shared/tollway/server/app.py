@@ -135,6 +135,12 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
             # invoke's end: the WAL must be written by then, so the writer thread keeps it.
             runtime.audit.start(write_on_loop=not on_lambda)
         await runtime.warm()
+        if on_lambda and runtime.metrics is not None:
+            # Under the Web Adapter the app is a server Lambda freezes between requests: its metrics
+            # leave as CloudWatch EMF every 10 s of run time, and once more at shutdown.
+            from tollway.telemetry.emf import EmfFlusher
+
+            tasks.append(asyncio.ensure_future(EmfFlusher(runtime.metrics).run_periodic(10.0)))
         freeze_startup_heap(collect=not on_lambda)
         if not on_lambda:
             # On Lambda one environment serves one request at a time and is frozen between
