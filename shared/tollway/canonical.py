@@ -117,6 +117,8 @@ class CanonicalRequest:
     max_output_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
+    top_k: int | None = None
+    """Anthropic's sampling cut-off; only a front end whose alias routes all carry it sets it."""
     stop: list[str] | None = None
     stream: bool = False
     include_usage: bool = False

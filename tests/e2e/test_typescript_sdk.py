@@ -1,4 +1,5 @@
-"""The official OpenAI TypeScript SDK (npm ``openai``) against the same running gateway."""
+"""The official TypeScript SDKs (npm ``openai`` for Chat Completions, ``@anthropic-ai/sdk`` for
+Messages) against the same running gateway."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ TS_DIR = Path(__file__).parent / "ts"
 def test_typescript_sdk_buffered_and_streamed(gateway: Gateway) -> None:
     node = shutil.which("node")
     assert node, "Node.js 20 is required for the TypeScript SDK e2e test"
-    assert (TS_DIR / "node_modules" / "openai").is_dir(), "run `make test` (it runs npm ci in tests/e2e/ts)"
+    for package in ("openai", "@anthropic-ai/sdk"):
+        assert (TS_DIR / "node_modules" / package).is_dir(), "run `make test` (it runs npm ci in tests/e2e/ts)"
     env = {
         **os.environ,
         "TOLLWAY_BASE_URL": gateway.base_url,
@@ -33,4 +35,4 @@ def test_typescript_sdk_buffered_and_streamed(gateway: Gateway) -> None:
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "# fail 0" in output or "fail 0" in output, output
-    assert "# pass 6" in output or "pass 6" in output, output
+    assert "# pass 14" in output or "pass 14" in output, output  # 6 Chat Completions, 8 Messages

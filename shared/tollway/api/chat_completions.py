@@ -16,7 +16,7 @@ from tollway.canonical import (
     Usage,
 )
 from tollway.exceptions import GatewayError
-from tollway.pipeline.frontend import ErrorReply, Resolve, ResponseMeta
+from tollway.pipeline.frontend import ErrorReply, HeaderGetter, Resolve, ResponseMeta
 from tollway.sse import DONE
 
 __all__ = ["CHAT_COMPLETIONS", "ChatCompletions"]
@@ -64,6 +64,10 @@ class _ChunkStream:
 
 class ChatCompletions:
     name = "openai-chat-completions"
+    api_key_header: str | None = None
+
+    def check_headers(self, headers: HeaderGetter) -> None:
+        return None
 
     def decode(self, raw: bytes, resolve: Resolve) -> CanonicalRequest:
         env = parse_body(raw)

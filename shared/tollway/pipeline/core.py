@@ -42,7 +42,7 @@ from tollway.exceptions import (
 from tollway.gateway import CommittedStream, Gateway, RequestContext
 from tollway.governance.principals import Principal, authenticate
 from tollway.pipeline.admission import Admission
-from tollway.pipeline.frontend import FrontEnd, ResponseMeta, StreamEncoder
+from tollway.pipeline.frontend import FrontEnd, Resolve, ResponseMeta, StreamEncoder
 from tollway.pipeline.observe import Observer
 from tollway.pipeline.stage import Call, Stage, StreamTransform
 from tollway.pipeline.stages.audit import AuditStage
@@ -156,7 +156,7 @@ class Pipeline:
         a proxy that adds one in front of the client's would otherwise decide who the caller is."""
         if len(authorization) > 1:
             self.counters.unauthenticated += 1
-            raise AuthenticationFailed("Send exactly one Authorization header.")
+            raise AuthenticationFailed("Send exactly one API key (one Authorization or x-api-key header).")
         try:
             return authenticate(authorization[0] if authorization else None, root.keys)
         except AuthenticationFailed:
@@ -184,13 +184,38 @@ class Pipeline:
         except ClientGone:
             return Reply(499, b"")
 
+    async def answer_locally(
+        self, front: FrontEnd, inbound: Inbound, answer: Callable[[bytes, Resolve], bytes]
+    ) -> Reply:
+        """A request the gateway answers itself, never a provider (Anthropic's ``count_tokens``):
+        authenticated, resolved against the caller's aliases and checked like any request, but it
+        takes no permit, runs no stage and is never charged as usage."""
+        root = self.holder.root
+        call = Call(inbound.request_id, time.monotonic())
+        life = _Lifecycle(self, call, root)
+        try:
+            headers = inbound.headers
+            call.principal = self.authenticate(_credentials(front, headers), root)
+            if (headers.get("content-type") or "").split(";", 1)[0].strip().lower() != _JSON:
+                raise UnsupportedMediaType()
+            front.check_headers(headers)
+            limits = root.limits
+            raw = await inbound.read_body(limits.max_request_body_bytes, limits.body_read_timeout_s)
+            return Reply(200, answer(raw, life.resolve))
+        except GatewayError as err:
+            reply = front.encode_error(err)
+            return Reply(reply.status, reply.body, reply.headers)
+        except ClientGone:
+            return Reply(499, b"")
+
     async def _serve(
         self, front: FrontEnd, inbound: Inbound, root: PublishedRoot, call: Call, life: _Lifecycle
     ) -> Reply | StreamReply:
         headers = inbound.headers
-        principal = call.principal = self.authenticate(headers.getlist("authorization"), root)
+        principal = call.principal = self.authenticate(_credentials(front, headers), root)
         if (headers.get("content-type") or "").split(";", 1)[0].strip().lower() != _JSON:
             raise UnsupportedMediaType()
+        front.check_headers(headers)
         await self.admission.enter(root)
         life.permit = True
         limits = root.limits
@@ -257,6 +282,16 @@ class Pipeline:
         if observer is not None and observer.overhead_header:
             return Reply(200, body, observer.overhead_headers(call, time.monotonic()))
         return Reply(200, body)
+
+
+def _credentials(front: FrontEnd, headers: Headers) -> list[str]:
+    """The ``Authorization`` values, and the front end's key header as bearer values: a request
+    that sends both (or two of either) is refused by :meth:`Pipeline.authenticate`, since which
+    one names the caller would otherwise depend on the order."""
+    values = headers.getlist("authorization")
+    if front.api_key_header is not None:
+        values = values + [f"Bearer {key.strip()}" for key in headers.getlist(front.api_key_header)]
+    return values
 
 
 async def _after(stages: Sequence[Stage], call: Call, response: CanonicalResponse) -> None:

@@ -16,7 +16,16 @@ from tollway.canonical import CanonicalRequest, CanonicalResponse, StreamEvent, 
 from tollway.exceptions import GatewayError
 from tollway.routing.plan import AliasPlan
 
-__all__ = ["ErrorReply", "FrontEnd", "Resolve", "ResponseMeta", "StreamEncoder"]
+__all__ = ["ErrorReply", "FrontEnd", "HeaderGetter", "Resolve", "ResponseMeta", "StreamEncoder"]
+
+
+class HeaderGetter(Protocol):
+    """Case-insensitive request headers, as the HTTP layer has them."""
+
+    def get(self, key: str, /) -> str | None: ...
+
+    def getlist(self, key: str) -> list[str]: ...
+
 
 Resolve = Callable[[str, bool], AliasPlan]
 """The pipeline's alias resolution, handed to :meth:`FrontEnd.decode`: the requested model name
@@ -65,6 +74,13 @@ class FrontEnd(Protocol):
 
     name: str
     """The format's name in logs and the audit trail (``openai-chat-completions``)."""
+    api_key_header: str | None
+    """A header that may carry the Tollway key instead of ``Authorization: Bearer`` (Anthropic's
+    ``x-api-key``); ``None``: only ``Authorization``."""
+
+    def check_headers(self, headers: HeaderGetter) -> None:
+        """Refuse format headers the gateway cannot honour (after authentication, before the body)."""
+        ...
 
     def decode(self, raw: bytes, resolve: Resolve) -> CanonicalRequest:
         """The canonical request for body ``raw``; raises the client's ``GatewayError``."""

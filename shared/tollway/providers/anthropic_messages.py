@@ -114,6 +114,7 @@ class AnthropicMessagesCodec:
         optional: dict[str, Any] = {
             "temperature": req.temperature,
             "top_p": req.top_p,
+            "top_k": req.top_k,
             "stop_sequences": req.stop,
             "metadata": {"user_id": req.user} if req.user is not None else None,
         }

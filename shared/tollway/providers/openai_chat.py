@@ -37,7 +37,7 @@ from tollway.canonical import (
     ToolDefinition,
     Usage,
 )
-from tollway.exceptions import InvalidRequest, UpstreamCategory, UpstreamError
+from tollway.exceptions import InvalidRequest, UnsupportedParameter, UpstreamCategory, UpstreamError
 from tollway.providers.base import ProviderFormat, Target
 from tollway.wire import SseEvent, UpstreamRequest
 
@@ -99,6 +99,8 @@ class OpenAIChatCodec:
     format: ClassVar[ProviderFormat] = ProviderFormat.OPENAI_CHAT
 
     def encode_request(self, req: CanonicalRequest, target: Target) -> UpstreamRequest:
+        if req.top_k is not None:  # front ends refuse it for such an alias; never drop it silently
+            raise UnsupportedParameter("'top_k' is not supported by this model.", param="top_k")
         body: dict[str, Any] = {"model": target.model, "messages": [_message(m) for m in req.messages]}
         optional: dict[str, Any] = {
             "max_tokens": req.max_output_tokens,

@@ -86,6 +86,12 @@ class AliasPlan:
     """The request stages this alias runs, in order, compiled in at publication
     (``tollway.pipeline.compile``): a stage the root does not enable is not here at all."""
 
+    @property
+    def formats(self) -> frozenset[str]:
+        """The provider wire formats of its routes: a client field one of them cannot carry is
+        refused up front, since a fallback may land on any of them."""
+        return frozenset(t.deployment.format.value for g in self.groups for t in g)
+
     def serves(self, regions: frozenset[str]) -> bool:
         """Whether some route may process traffic restricted to ``regions`` (empty: no restriction)."""
         return not regions or any(t.regions & regions for g in self.groups for t in g)

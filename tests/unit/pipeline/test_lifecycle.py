@@ -341,6 +341,8 @@ class _BrokenEncoder:
     """The Chat Completions front end, except that building a stream's encoder fails."""
 
     name = CHAT_COMPLETIONS.name
+    api_key_header = None
+    check_headers = staticmethod(CHAT_COMPLETIONS.check_headers)
     decode = staticmethod(CHAT_COMPLETIONS.decode)
     encode_response = staticmethod(CHAT_COMPLETIONS.encode_response)
     encode_error = staticmethod(CHAT_COMPLETIONS.encode_error)

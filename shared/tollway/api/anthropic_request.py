@@ -1,0 +1,509 @@
+"""Parse an Anthropic Messages request body (``POST /v1/messages``) into a ``CanonicalRequest``.
+
+One ``orjson.loads`` per request, then plain type checks, as ``chat_request`` does. A field or
+key whose value is ``null`` is treated as absent. Nothing is dropped silently: what the canonical
+types cannot carry yet is refused with ``unsupported_parameter`` naming its path, and error
+messages name fields, never echo request values.
+
+How the Anthropic shape lands in the canonical one (which is shaped after OpenAI's):
+
+- ``system`` becomes one leading ``system`` message. One text block (or a string) is kept as a
+  string; several blocks stay separate ``TextPart``s, so the canonical request still shows where
+  they were split and each provider codec joins them its own way.
+- A user turn's blocks are walked in order: each ``tool_result`` becomes a ``tool`` message and
+  each run of text and image blocks between them a ``user`` message, so order is preserved.
+- An assistant turn becomes one ``assistant`` message: its text blocks as content, its
+  ``tool_use`` blocks as tool calls (arguments re-serialized from ``input``). Canonical messages
+  keep content before tool calls, so text written after a ``tool_use`` block moves before it.
+- A single text part collapses to a plain string everywhere (system, user, assistant, tool
+  result); several stay a list of parts.
+- ``tool_result`` with ``is_error: true`` is refused: the canonical tool message has no error
+  flag, and writing one into the text would change what the model reads. The client can send
+  the failure as the result's text instead.
+- ``thinking`` (unless ``{"type": "disabled"}``), ``cache_control`` anywhere, ``citations``,
+  ``document``/``search_result``/``thinking``/``redacted_thinking`` blocks, server tools,
+  ``service_tier``, ``container``, ``mcp_servers`` and ``context_management`` are refused.
+- Unknown top-level fields are refused, even ones the alias allowlists: ``allowedParameters``
+  name OpenAI fields, which only OpenAI-format routes forward, and an Anthropic body's field of
+  the same name is not the same thing. The alias's ``rejectUnknownParameters: false`` does not
+  apply either: fields the gateway would drop are Anthropic features the client expects to work.
+- An alias with an OpenAI-format route cannot take ``top_k``, more than four stop sequences, or
+  an image inside a tool result: a fallback may land on that route, so they are refused up front.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+
+from tollway.api.image_urls import image_url_error
+from tollway.canonical import (
+    CanonicalRequest,
+    ContentPart,
+    ImagePart,
+    Message,
+    TextPart,
+    ToolCall,
+    ToolChoice,
+    ToolDefinition,
+)
+from tollway.exceptions import InvalidRequest, UnsupportedParameter
+from tollway.routing.plan import AliasPlan
+
+__all__ = ["AnthropicEnvelope", "parse_body", "to_canonical"]
+
+_PROFILE = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "messages",
+        "system",
+        "stream",
+        "stop_sequences",
+        "temperature",
+        "top_p",
+        "top_k",
+        "tools",
+        "tool_choice",
+        "metadata",
+        "thinking",
+        "service_tier",
+    }
+)
+_NOT_YET = frozenset({"cache_control", "container", "mcp_servers", "context_management"})
+"""Anthropic fields the canonical request cannot carry yet: refused with a message that says so."""
+_NOT_YET_KEYS = frozenset({"cache_control", "citations"})
+_OPENAI_FORMAT = "openai-chat-completions"
+_IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+_MAX_MESSAGES = 4096
+_MAX_TOOLS = 128
+_MAX_STOP = 16
+_MAX_OPENAI_STOP = 4
+_MAX_NAME = 64
+
+_TEXT_KEYS = frozenset({"type", "text"})
+_IMAGE_KEYS = frozenset({"type", "source"})
+_TOOL_USE_KEYS = frozenset({"type", "id", "name", "input"})
+_TOOL_RESULT_KEYS = frozenset({"type", "tool_use_id", "content", "is_error"})
+_MESSAGE_KEYS = frozenset({"role", "content"})
+_TOOL_KEYS = frozenset({"type", "name", "description", "input_schema"})
+
+
+class AnthropicEnvelope:
+    """The raw body parsed once, with the routing fields pulled out before policy runs."""
+
+    __slots__ = ("body", "model", "stream")
+
+    def __init__(self, body: dict[str, Any], model: str, stream: bool) -> None:
+        self.body = body
+        self.model = model
+        self.stream = stream
+
+
+def _bad(message: str, param: str | None = None) -> InvalidRequest:
+    return InvalidRequest(message, param=param)
+
+
+def _shown(value: object) -> str:
+    """A client-chosen name as an error may show it: bounded, and only if it is a string."""
+    return repr(value[:_MAX_NAME]) if isinstance(value, str) else "of a non-string type"
+
+
+def parse_body(raw: bytes) -> AnthropicEnvelope:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise _bad("The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise _bad("The request body must be a JSON object.")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _bad("'model' is required and must be a string.", "model")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _bad("'stream' must be a boolean.", "stream")
+    return AnthropicEnvelope(body, model, bool(stream))
+
+
+def _require(plan: AliasPlan, capability: str, param: str) -> None:
+    if capability not in plan.capabilities:
+        raise UnsupportedParameter(f"'{param}' is not supported by model '{plan.name}'.", param=param)
+
+
+def _not_yet(param: str) -> UnsupportedParameter:
+    return UnsupportedParameter(f"'{param}' is not supported yet by this gateway.", param=param)
+
+
+def _check_keys(obj: dict[str, Any], allowed: frozenset[str], where: str) -> None:
+    """Refuse every key of ``obj`` outside ``allowed``; ``null`` values and empty ``citations``
+    carry nothing and pass."""
+    for key, value in obj.items():
+        if key in allowed or value is None:
+            continue
+        path = f"{where}.{key[:_MAX_NAME]}"
+        if key in _NOT_YET_KEYS:
+            if key == "citations" and value == []:
+                continue
+            raise _not_yet(path)
+        raise UnsupportedParameter(f"'{path}' is not supported.", param=path)
+
+
+def _collapse(parts: list[ContentPart]) -> str | list[ContentPart]:
+    if len(parts) == 1 and isinstance(parts[0], TextPart):
+        return parts[0].text
+    return parts
+
+
+def _block_type(block: Any, where: str) -> str:
+    if not isinstance(block, dict):
+        raise _bad(f"{where} must be an object.", where)
+    kind = block.get("type")
+    if not isinstance(kind, str):
+        raise _bad(f"{where}.type must be a string.", f"{where}.type")
+    return kind
+
+
+def _unsupported_block(kind: str, where: str) -> UnsupportedParameter:
+    return UnsupportedParameter(
+        f"Content block type {_shown(kind)} is not supported yet by this gateway.", param=f"{where}.type"
+    )
+
+
+def _text(block: dict[str, Any], where: str) -> TextPart:
+    _check_keys(block, _TEXT_KEYS, where)
+    text = block.get("text")
+    if not isinstance(text, str):
+        raise _bad(f"{where}.text must be a string.", f"{where}.text")
+    return TextPart(text)
+
+
+def _image(block: dict[str, Any], where: str, plan: AliasPlan) -> ImagePart:
+    _require(plan, "vision", where)
+    _check_keys(block, _IMAGE_KEYS, where)
+    source = block.get("source")
+    at = f"{where}.source"
+    if not isinstance(source, dict):
+        raise _bad(f"{at} must be an object.", at)
+    kind = source.get("type")
+    if kind == "base64":
+        _check_keys(source, frozenset({"type", "media_type", "data"}), at)
+        media, data = source.get("media_type"), source.get("data")
+        if media not in _IMAGE_MEDIA_TYPES:
+            raise _bad(f"{at}.media_type must be one of {', '.join(_IMAGE_MEDIA_TYPES)}.", f"{at}.media_type")
+        if not isinstance(data, str) or not data:
+            raise _bad(f"{at}.data must be a non-empty base64 string.", f"{at}.data")
+        url = f"data:{media};base64,{data}"
+    elif kind == "url":
+        _check_keys(source, frozenset({"type", "url"}), at)
+        link = source.get("url")
+        if not isinstance(link, str):
+            raise _bad(f"{at}.url must be a string.", f"{at}.url")
+        url = link
+    else:
+        raise UnsupportedParameter(
+            f"Image source type {_shown(kind)} is not supported yet by this gateway.", param=f"{at}.type"
+        )
+    reason = image_url_error(url, plan.image_url_policy)
+    if reason is not None:
+        raise _bad(f"{at}.url {reason}.", f"{at}.url")
+    return ImagePart(url)
+
+
+def _tool_result(block: dict[str, Any], where: str, plan: AliasPlan) -> Message:
+    _check_keys(block, _TOOL_RESULT_KEYS, where)
+    tool_use_id = block.get("tool_use_id")
+    if not isinstance(tool_use_id, str) or not tool_use_id:
+        raise _bad(f"{where}.tool_use_id must be a non-empty string.", f"{where}.tool_use_id")
+    is_error = block.get("is_error")
+    if is_error is not None and not isinstance(is_error, bool):
+        raise _bad(f"{where}.is_error must be a boolean.", f"{where}.is_error")
+    if is_error:
+        raise UnsupportedParameter(
+            f"'{where}.is_error' is not supported yet by this gateway; send the failure as the result's text.",
+            param=f"{where}.is_error",
+        )
+    content = block.get("content")
+    if content is None or isinstance(content, str):
+        return Message("tool", content or "", tool_call_id=tool_use_id)
+    if not isinstance(content, list):
+        raise _bad(f"{where}.content must be a string or an array of blocks.", f"{where}.content")
+    parts: list[ContentPart] = []
+    for k, inner in enumerate(content):
+        at = f"{where}.content[{k}]"
+        kind = _block_type(inner, at)
+        if kind == "text":
+            parts.append(_text(inner, at))
+        elif kind == "image":
+            if _OPENAI_FORMAT in plan.formats:
+                raise UnsupportedParameter(
+                    f"An image inside a tool result ('{at}') is not supported by model '{plan.name}'.", param=at
+                )
+            parts.append(_image(inner, at, plan))
+        else:
+            raise _unsupported_block(kind, at)
+    return Message("tool", _collapse(parts) if parts else "", tool_call_id=tool_use_id)
+
+
+def _tool_use(block: dict[str, Any], where: str) -> ToolCall:
+    _check_keys(block, _TOOL_USE_KEYS, where)
+    call_id, name, arguments = block.get("id"), block.get("name"), block.get("input")
+    if not isinstance(call_id, str) or not call_id:
+        raise _bad(f"{where}.id must be a non-empty string.", f"{where}.id")
+    if not isinstance(name, str) or not name:
+        raise _bad(f"{where}.name must be a non-empty string.", f"{where}.name")
+    if not isinstance(arguments, dict):
+        raise _bad(f"{where}.input must be an object.", f"{where}.input")
+    return ToolCall(call_id, name, orjson.dumps(arguments).decode())
+
+
+def _user_turn(content: list[Any], i: int, plan: AliasPlan) -> list[Message]:
+    out: list[Message] = []
+    pending: list[ContentPart] = []
+    for j, block in enumerate(content):
+        where = f"messages[{i}].content[{j}]"
+        kind = _block_type(block, where)
+        if kind == "text":
+            pending.append(_text(block, where))
+        elif kind == "image":
+            pending.append(_image(block, where, plan))
+        elif kind == "tool_result":
+            if pending:
+                out.append(Message("user", _collapse(pending)))
+                pending = []
+            out.append(_tool_result(block, where, plan))
+        elif kind == "tool_use":
+            raise _bad(f"{where}: tool_use blocks are only allowed in assistant messages.", f"{where}.type")
+        else:
+            raise _unsupported_block(kind, where)
+    if pending:
+        out.append(Message("user", _collapse(pending)))
+    return out
+
+
+def _assistant_turn(content: list[Any], i: int) -> Message:
+    texts: list[ContentPart] = []
+    calls: list[ToolCall] = []
+    for j, block in enumerate(content):
+        where = f"messages[{i}].content[{j}]"
+        kind = _block_type(block, where)
+        if kind == "text":
+            texts.append(_text(block, where))
+        elif kind == "tool_use":
+            calls.append(_tool_use(block, where))
+        elif kind in ("image", "tool_result"):
+            raise _bad(f"{where}: {kind} blocks are only allowed in user messages.", f"{where}.type")
+        else:
+            raise _unsupported_block(kind, where)
+    return Message("assistant", _collapse(texts) if texts else None, tool_calls=calls or None)
+
+
+def _messages(raw: Any, plan: AliasPlan) -> list[Message]:
+    if not isinstance(raw, list) or not raw or len(raw) > _MAX_MESSAGES:
+        raise _bad(f"'messages' must be a non-empty array of at most {_MAX_MESSAGES} messages.", "messages")
+    out: list[Message] = []
+    for i, message in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise _bad(f"{where} must be an object.", where)
+        _check_keys(message, _MESSAGE_KEYS, where)
+        role, content = message.get("role"), message.get("content")
+        if role not in ("user", "assistant"):
+            raise _bad(f"{where}.role must be 'user' or 'assistant'.", f"{where}.role")
+        if isinstance(content, str):
+            out.append(Message(role, content))
+        elif not isinstance(content, list) or not content:
+            raise _bad(f"{where}.content must be a string or a non-empty array of blocks.", f"{where}.content")
+        elif role == "user":
+            out.extend(_user_turn(content, i, plan))
+        else:
+            out.append(_assistant_turn(content, i))
+    return out
+
+
+def _system(raw: Any) -> Message | None:
+    if isinstance(raw, str):
+        return Message("system", raw) if raw else None
+    if not isinstance(raw, list):
+        raise _bad("'system' must be a string or an array of text blocks.", "system")
+    parts: list[ContentPart] = []
+    for j, block in enumerate(raw):
+        where = f"system[{j}]"
+        kind = _block_type(block, where)
+        if kind != "text":
+            raise _bad(f"{where} must be a text block.", f"{where}.type")
+        parts.append(_text(block, where))
+    return Message("system", _collapse(parts)) if parts else None
+
+
+def _tools(raw: Any, plan: AliasPlan) -> list[ToolDefinition]:
+    _require(plan, "tools", "tools")
+    if not isinstance(raw, list) or len(raw) > _MAX_TOOLS:
+        raise _bad(f"'tools' must be an array of at most {_MAX_TOOLS} tools.", "tools")
+    tools = []
+    for j, tool in enumerate(raw):
+        where = f"tools[{j}]"
+        if not isinstance(tool, dict):
+            raise _bad(f"{where} must be an object.", where)
+        kind = tool.get("type")
+        if kind is not None and kind != "custom":
+            raise UnsupportedParameter(
+                f"Server tool type {_shown(kind)} is not supported by this gateway.", param=f"{where}.type"
+            )
+        _check_keys(tool, _TOOL_KEYS, where)
+        name, desc, schema = tool.get("name"), tool.get("description"), tool.get("input_schema")
+        if not isinstance(name, str) or not name:
+            raise _bad(f"{where}.name must be a non-empty string.", f"{where}.name")
+        if desc is not None and not isinstance(desc, str):
+            raise _bad(f"{where}.description must be a string.", f"{where}.description")
+        if not isinstance(schema, dict):
+            raise _bad(f"{where}.input_schema must be an object.", f"{where}.input_schema")
+        tools.append(ToolDefinition(name, desc, schema))
+    return tools
+
+
+_CHOICE_MODES: dict[str, Literal["auto", "none", "required", "function"]] = {
+    "auto": "auto",
+    "any": "required",
+    "tool": "function",
+    "none": "none",
+}
+
+
+def _tool_choice(raw: Any, names: set[str]) -> tuple[ToolChoice, bool | None]:
+    """The canonical choice, and ``False`` when the client disabled parallel tool use."""
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or not isinstance(kind, str) or kind not in _CHOICE_MODES:
+        raise _bad("'tool_choice.type' must be auto, any, tool or none.", "tool_choice")
+    allowed = {"type"} if kind == "none" else {"type", "disable_parallel_tool_use"}
+    if kind == "tool":
+        allowed.add("name")
+    _check_keys(raw, frozenset(allowed), "tool_choice")
+    disable = raw.get("disable_parallel_tool_use")
+    if disable is not None and not isinstance(disable, bool):
+        raise _bad(
+            "'tool_choice.disable_parallel_tool_use' must be a boolean.", "tool_choice.disable_parallel_tool_use"
+        )
+    parallel = False if disable else None
+    if kind != "tool":
+        return ToolChoice(_CHOICE_MODES[kind]), parallel
+    name = raw.get("name")
+    if not isinstance(name, str) or name not in names:
+        raise _bad("'tool_choice.name' must name one of the defined tools.", "tool_choice.name")
+    return ToolChoice("function", name), parallel
+
+
+def _number(body: dict[str, Any], key: str, lo: float, hi: float) -> float | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise _bad(f"'{key}' must be a number between {lo:g} and {hi:g}.", key)
+    return float(value)
+
+
+def _positive(body: dict[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _bad(f"'{key}' must be a positive integer.", key)
+    return value
+
+
+def _max_tokens(body: dict[str, Any], plan: AliasPlan, required: bool) -> int | None:
+    limit = _positive(body, "max_tokens")
+    if limit is None and required:
+        raise _bad("'max_tokens' is required.", "max_tokens")
+    if limit is not None and limit > plan.max_output_tokens:
+        raise _bad(f"'max_tokens' exceeds this model's limit of {plan.max_output_tokens}.", "max_tokens")
+    return limit
+
+
+def _top_k(body: dict[str, Any], plan: AliasPlan) -> int | None:
+    top_k = _positive(body, "top_k")
+    if top_k is not None and _OPENAI_FORMAT in plan.formats:
+        raise UnsupportedParameter(f"'top_k' is not supported by model '{plan.name}'.", param="top_k")
+    return top_k
+
+
+def _stop(raw: Any, plan: AliasPlan) -> list[str] | None:
+    if not isinstance(raw, list) or len(raw) > _MAX_STOP or not all(isinstance(s, str) and s for s in raw):
+        raise _bad(f"'stop_sequences' must be an array of up to {_MAX_STOP} non-empty strings.", "stop_sequences")
+    if len(raw) > _MAX_OPENAI_STOP and _OPENAI_FORMAT in plan.formats:
+        raise UnsupportedParameter(
+            f"Model '{plan.name}' takes at most {_MAX_OPENAI_STOP} 'stop_sequences'.", param="stop_sequences"
+        )
+    return raw or None
+
+
+def _user(raw: Any) -> str | None:
+    if not isinstance(raw, dict):
+        raise _bad("'metadata' must be an object.", "metadata")
+    _check_keys(raw, frozenset({"user_id"}), "metadata")
+    user = raw.get("user_id")
+    if user is not None and (not isinstance(user, str) or len(user) > 256):
+        raise _bad("'metadata.user_id' must be a string of at most 256 characters.", "metadata.user_id")
+    return user
+
+
+def _refuse_unknown_fields(body: dict[str, Any]) -> None:
+    for key, value in body.items():
+        if key in _PROFILE or value is None:
+            continue
+        if key in _NOT_YET:
+            raise _not_yet(key)
+        raise UnsupportedParameter(f"Unsupported parameter: '{key[:_MAX_NAME]}'.", param=key[:_MAX_NAME])
+
+
+def _refused_options(body: dict[str, Any]) -> None:
+    thinking = body.get("thinking")
+    if thinking is not None:
+        if not isinstance(thinking, dict):
+            raise _bad("'thinking' must be an object.", "thinking")
+        if thinking.get("type") != "disabled":
+            raise _not_yet("thinking")
+    if body.get("service_tier") is not None:
+        raise UnsupportedParameter("'service_tier' is not supported by this gateway.", param="service_tier")
+
+
+def _apply_tools(req: CanonicalRequest, body: dict[str, Any], plan: AliasPlan) -> None:
+    if body.get("tools") is not None:
+        req.tools = _tools(body["tools"], plan)
+    if body.get("tool_choice") is not None:
+        if not req.tools:
+            raise _bad("'tool_choice' requires 'tools'.", "tool_choice")
+        req.tool_choice, req.parallel_tool_calls = _tool_choice(body["tool_choice"], {t.name for t in req.tools})
+
+
+def to_canonical(env: AnthropicEnvelope, plan: AliasPlan, *, counting: bool = False) -> CanonicalRequest:
+    """Check ``env`` against the alias's policy and build the canonical request.
+
+    ``counting`` is ``count_tokens``: ``max_tokens`` may be absent and the request never streams,
+    so ``stream`` has no effect and needs no streaming capability. An Anthropic stream always ends
+    with its usage, so ``include_usage`` follows ``stream``.
+    """
+    body = env.body
+    _refuse_unknown_fields(body)
+    _refused_options(body)
+    stream = env.stream and not counting
+    if stream:
+        _require(plan, "streaming", "stream")
+    max_tokens = _max_tokens(body, plan, required=not counting)
+    system = _system(body["system"]) if body.get("system") is not None else None
+    messages = _messages(body.get("messages"), plan)
+    req = CanonicalRequest(
+        messages=[system, *messages] if system is not None else messages,
+        max_output_tokens=max_tokens,
+        temperature=_number(body, "temperature", 0, 1),
+        top_p=_number(body, "top_p", 0, 1),
+        top_k=_top_k(body, plan),
+        stream=stream,
+        include_usage=stream,
+    )
+    if body.get("stop_sequences") is not None:
+        req.stop = _stop(body["stop_sequences"], plan)
+    _apply_tools(req, body, plan)
+    if body.get("metadata") is not None:
+        req.user = _user(body["metadata"])
+    return req
