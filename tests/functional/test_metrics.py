@@ -140,7 +140,8 @@ async def test_requests_attempts_tokens_and_fallbacks_are_counted_with_bounded_l
     assert _value(s, "gen_ai_server_time_to_first_token_seconds_count", gen_ai_request_model="chat-ok") == 1
     assert _value(s, "gen_ai_client_operation_duration_seconds_count", route="down-primary", error_type="server") == 1
     assert _value(s, "gen_ai_client_token_usage_count", gen_ai_request_model="chat-ok", gen_ai_token_type="input") == 2
-    assert _value(s, "tollway_tokens_total", alias="chat-ok", type="total") > 0
+    assert _value(s, "tollway_tokens_total", alias="chat-ok", type="output") > 0
+    assert _value(s, "tollway_fallback_depth_count", alias="chat-ok") == 0  # only requests that fell back
     assert _value(s, "tollway_gateway_overhead_seconds_count", alias="chat-ok") == 2
     assert _value(s, "tollway_stream_duration_seconds_count", alias="chat-ok", outcome="ok") == 1
 

@@ -141,7 +141,7 @@ class Observer:
             m.retries.child(alias, "retry").inc(retries)
         if fallbacks:
             m.retries.child(alias, "fallback").inc(fallbacks)
-        if routes:
+        if len(routes) > 1:  # the depth of requests that fell back; the rest are requests_total less these
             m.fallback_depth.child(alias).observe(len(routes) - 1)
         m.overhead.child(alias, _OPERATION, stream).observe(max(0.0, duration - waited))
         if call.committed_at:
@@ -156,7 +156,6 @@ class Observer:
             tokens = m.tokens
             tokens.child(alias, "input").inc(usage.prompt_tokens)
             tokens.child(alias, "output").inc(usage.completion_tokens)
-            tokens.child(alias, "total").inc(usage.prompt_tokens + usage.completion_tokens)
             if usage.cached_prompt_tokens:
                 tokens.child(alias, "cached").inc(usage.cached_prompt_tokens)
             if usage.cache_creation_tokens:

@@ -154,6 +154,8 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
                 loop.remove_signal_handler(signal.SIGHUP)
             for t in tasks:
                 t.cancel()
+            if runtime.metrics is not None:
+                runtime.metrics.flush()  # the last second's counts, for the shutdown's final scrape or EMF flush
             if runtime.audit is not None:
                 await runtime.audit.aclose()
             await runtime.aclose()

@@ -68,6 +68,7 @@ class Sampler:
             acked = audit.acked()
             if acked is not None:
                 m.shipper_lag.child().set(max(0, int(wal["durable_watermark"]) - acked))
+        m.flush()
 
     async def run(self, interval_s: float = 1.0) -> None:
         while True:
@@ -90,6 +91,8 @@ async def metrics_endpoint(request: Request) -> Response:
                 raise PermissionDenied("This endpoint needs the admin role.")
         except GatewayError as err:
             return error_response(err)
+    if runtime.metrics is not None:
+        runtime.metrics.flush()  # on the loop, which records: the batches are not locked
     body, content_type = await asyncio.to_thread(render_latest, runtime.metrics)
     return Response(body, media_type=None, headers={"content-type": content_type})
 

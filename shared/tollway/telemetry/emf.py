@@ -166,7 +166,10 @@ class EmfFlusher:
         self._histograms: dict[tuple[str, LabelKey], _HistogramState] = {}
 
     def flush(self) -> int:
-        """Print one document per label set that changed; returns how many were printed."""
+        """Print one document per label set that changed; returns how many were printed. Call it
+        from the thread that records (the event loop, or the handler after an invocation): it
+        first moves the requests' batched counts into the registry (``GatewayMetrics.flush``)."""
+        self.metrics.flush()
         with self._lock:
             documents = list(self._documents(int(self._clock() * 1000)))
         if not documents:

@@ -159,6 +159,9 @@ def test_more_than_a_hundred_buckets_are_split_over_documents() -> None:
     from prometheus_client import CollectorRegistry, Histogram
 
     class Wide:
+        def flush(self) -> None:  # GatewayMetrics batches; a bare registry has nothing to move
+            return None
+
         """Stands in for GatewayMetrics: only ``registry`` is read."""
 
         def __init__(self) -> None:
@@ -184,6 +187,9 @@ def test_at_most_thirty_dimensions() -> None:
     from prometheus_client import CollectorRegistry, Counter
 
     class Many:
+        def flush(self) -> None:  # GatewayMetrics batches; a bare registry has nothing to move
+            return None
+
         def __init__(self) -> None:
             self.registry = CollectorRegistry(auto_describe=False)
             self.labels = [f"l{i:02d}" for i in range(35)]
