@@ -35,4 +35,4 @@ def test_typescript_sdk_buffered_and_streamed(gateway: Gateway) -> None:
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "# fail 0" in output or "fail 0" in output, output
-    assert "# pass 14" in output or "pass 14" in output, output  # 6 Chat Completions, 8 Messages
+    assert "# pass 16" in output or "pass 16" in output, output  # 6 Chat Completions, 8 Messages, 2 Responses

@@ -55,7 +55,7 @@ class AnthropicMessages:
         env = parse_body(raw)
         return to_canonical(env, resolve(env.model, env.stream))
 
-    def encode_response(self, meta: ResponseMeta, resp: CanonicalResponse) -> bytes:
+    def encode_response(self, meta: ResponseMeta, resp: CanonicalResponse, req: CanonicalRequest) -> bytes:
         return render_message(message_id(meta.request_id), meta.model, resp)
 
     def encode_stream(self, meta: ResponseMeta, req: CanonicalRequest) -> MessageStream:

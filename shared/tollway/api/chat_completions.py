@@ -73,7 +73,7 @@ class ChatCompletions:
         env = parse_body(raw)
         return to_canonical(env, resolve(env.model, env.stream))
 
-    def encode_response(self, meta: ResponseMeta, resp: CanonicalResponse) -> bytes:
+    def encode_response(self, meta: ResponseMeta, resp: CanonicalResponse, req: CanonicalRequest) -> bytes:
         return render_completion(_response_id(meta), meta.created, meta.model, resp)
 
     def encode_stream(self, meta: ResponseMeta, req: CanonicalRequest) -> _ChunkStream:

@@ -347,6 +347,7 @@ class Publisher:
             max_output_tokens=model.maxOutputTokens,
             default_max_output_tokens=default_out,
             allowed_parameters=frozenset(model.allowedParameters),
+            client_formats=frozenset(model.clientFormats),
             reject_unknown_parameters=policy != "ignore",
             groups=tuple(tuple(by_priority[p]) for p in sorted(by_priority)),
             retry=retry,

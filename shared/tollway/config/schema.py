@@ -90,7 +90,11 @@ class RouteConfig(_Model):
 
 class ModelConfig(_Model):
     name: str
-    clientFormats: list[str] = Field(default_factory=lambda: ["openai-chat-completions"])
+    clientFormats: list[str] = Field(
+        default_factory=lambda: ["openai-chat-completions", "anthropic-messages", "openai-responses"]
+    )
+    """The client APIs that may call this alias (``POST /v1/chat/completions``, ``/v1/messages``,
+    ``/v1/responses``); every chat format by default."""
     operations: list[str] = Field(default_factory=lambda: ["chat"])
     processingMode: str = "normalized"
     capabilities: list[str] = Field(default_factory=lambda: ["streaming"])

@@ -48,7 +48,7 @@ FORMAT_PROVIDER_TYPES: dict[str, frozenset[str]] = {
     "openai-chat-completions": frozenset({"openai", "openai-compatible"}),
     "anthropic-messages": frozenset({"anthropic"}),
 }
-CLIENT_FORMATS = frozenset({"openai-chat-completions"})
+CLIENT_FORMATS = frozenset({"openai-chat-completions", "anthropic-messages", "openai-responses"})
 OPERATIONS = frozenset({"chat"})
 PARAMETER_POLICIES = frozenset({"reject", "ignore"})
 STRATEGIES = frozenset({"priority-weighted", "ordered", "least-in-flight", "latency-aware", "sticky", "canary"})

@@ -33,6 +33,7 @@ from tollway.exceptions import (
     ContextLengthExceeded,
     DeadlineExceeded,
     GatewayError,
+    InvalidRequest,
     ModelNotFound,
     PermissionDenied,
     TollwayError,
@@ -169,7 +170,7 @@ class Pipeline:
         call = Call(inbound.request_id, time.monotonic())
         if self.observer is not None:
             self.observer.start(call, inbound.headers)
-        life = _Lifecycle(self, call, root)
+        life = _Lifecycle(self, call, root, front.name)
         try:
             async with life:
                 return await self._serve(front, inbound, root, call, life)
@@ -192,7 +193,7 @@ class Pipeline:
         takes no permit, runs no stage and is never charged as usage."""
         root = self.holder.root
         call = Call(inbound.request_id, time.monotonic())
-        life = _Lifecycle(self, call, root)
+        life = _Lifecycle(self, call, root, front.name)
         try:
             headers = inbound.headers
             call.principal = self.authenticate(_credentials(front, headers), root)
@@ -277,7 +278,7 @@ class Pipeline:
             response = await self.gateway.complete(ctx, creq)
         if plan.stages:
             await _after(plan.stages, call, response)
-        body = front.encode_response(ResponseMeta(call.request_id, created, ctx.response_model), response)
+        body = front.encode_response(ResponseMeta(call.request_id, created, ctx.response_model), response, creq)
         call.status = 200
         if observer is not None and observer.overhead_header:
             return Reply(200, body, observer.overhead_headers(call, time.monotonic()))
@@ -316,11 +317,12 @@ class _Lifecycle:
     took it over (:meth:`detach`); :meth:`end` is idempotent and never raises a stage's error.
     """
 
-    __slots__ = ("_detached", "_ended", "_root", "call", "entered", "permit", "pipeline", "stream_permit")
+    __slots__ = ("_detached", "_ended", "_format", "_root", "call", "entered", "permit", "pipeline", "stream_permit")
 
-    def __init__(self, pipeline: Pipeline, call: Call, root: PublishedRoot) -> None:
+    def __init__(self, pipeline: Pipeline, call: Call, root: PublishedRoot, client_format: str = "") -> None:
         self.pipeline = pipeline
         self._root = root
+        self._format = client_format
         self.call = call
         self.permit = False
         self.stream_permit = False
@@ -339,6 +341,8 @@ class _Lifecycle:
         if plan is None or not principal.may_use(model):
             raise model_not_found(model)
         call.alias, call.stream = plan, stream
+        if self._format and self._format not in plan.client_formats:
+            raise InvalidRequest(f"The model '{model}' is not served over this API ({self._format}).", param="model")
         if principal.data_class is not None and principal.data_class not in plan.data_classes:
             raise PermissionDenied("This model is not approved for your data classification.")
         if not plan.serves(principal.regions):

@@ -82,6 +82,8 @@ class AliasPlan:
     stream_recovery: str = "none"
     """``none`` or ``continue`` (``streamRecovery``): may a text stream cut after its first token
     continue on another route with an assistant prefill."""
+    client_formats: frozenset[str] = frozenset({"openai-chat-completions", "anthropic-messages", "openai-responses"})
+    """The client APIs that may call this alias (``clientFormats``)."""
     stages: tuple[Stage, ...] = ()
     """The request stages this alias runs, in order, compiled in at publication
     (``tollway.pipeline.compile``): a stage the root does not enable is not here at all."""

@@ -665,7 +665,7 @@ def test_any_anthropic_beta_is_refused() -> None:
 
 
 def render(resp: CanonicalResponse) -> dict[str, Any]:
-    doc: dict[str, Any] = orjson.loads(ANTHROPIC_MESSAGES.encode_response(META, resp))
+    doc: dict[str, Any] = orjson.loads(ANTHROPIC_MESSAGES.encode_response(META, resp, CanonicalRequest(messages=[])))
     anthropic.types.Message.model_validate(doc)
     return doc
 

@@ -10,13 +10,23 @@ from starlette.responses import Response
 
 from tollway.exceptions import GatewayError
 from tollway.pipeline.core import model_not_found
+from tollway.routing.plan import AliasPlan
 from tollway.server.http import error_response, json_response, pipeline_of
 
 __all__ = ["list_models", "retrieve_model"]
 
 
-def _model_object(name: str) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": 0, "owned_by": "tollway"}
+def _model_object(name: str, plan: AliasPlan) -> dict[str, Any]:
+    """OpenAI's model object, plus what the alias serves: its operations and client APIs (the SDKs
+    keep fields they do not know)."""
+    return {
+        "id": name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "tollway",
+        "operations": ["chat"],
+        "client_formats": sorted(plan.client_formats),
+    }
 
 
 async def list_models(request: Request) -> Response:
@@ -26,7 +36,7 @@ async def list_models(request: Request) -> Response:
         principal = pipeline.authenticate(request.headers.getlist("authorization"), root)
     except GatewayError as err:
         return error_response(err)
-    data = [_model_object(name) for name in root.aliases if principal.may_use(name)]
+    data = [_model_object(name, plan) for name, plan in root.aliases.items() if principal.may_use(name)]
     return json_response(orjson.dumps({"object": "list", "data": data}))
 
 
@@ -41,4 +51,4 @@ async def retrieve_model(request: Request) -> Response:
             raise model_not_found(model)
     except GatewayError as err:
         return error_response(err)
-    return json_response(orjson.dumps(_model_object(model)))
+    return json_response(orjson.dumps(_model_object(model, root.aliases[model])))
