@@ -114,6 +114,11 @@ def test_up_brings_up_the_local_cloud_and_stops_all_of_it(tmp_path: Path) -> Non
         endpoint = lines["cloud"].split()[0]
         assert endpoint.startswith("http://127.0.0.1:"), lines
         _sdk_round_trip(lines["base URL"], lines["demo key"])
+        # The banner names the metrics URL, and the demo config serves it without a key.
+        metrics_url = lines["metrics"].split()[0]
+        assert metrics_url == lines["base URL"].removesuffix("/v1") + "/metrics", lines
+        scrape = httpx.get(metrics_url, timeout=10)
+        assert scrape.status_code == 200 and "tollway_requests_total{" in scrape.text, scrape.text[:500]
         session = boto3.session.Session(aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1")
         sqs = session.client("sqs", endpoint_url=endpoint)
         dynamodb = session.client("dynamodb", endpoint_url=endpoint)

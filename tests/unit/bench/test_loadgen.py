@@ -173,10 +173,17 @@ async def test_processes_interleave_one_evenly_spaced_schedule_and_merge() -> No
     assert result.count("completed") + result.count("late") == 40
     assert_accounted(result)
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
-    # Two processes each sending every 50 ms must interleave to one request every 25 ms,
-    # not fire in pairs: few arrivals come in close succession.
-    assert statistics.median(gaps) > 0.015
-    assert sum(g < 0.005 for g in gaps) <= len(gaps) // 5
+    # Two processes each sending every 50 ms must interleave to one request every 25 ms, not fire
+    # in pairs. Pairs would make every other gap close to zero (half of them). When the machine
+    # is too busy to hold the schedule (a process that fell behind sends its overdue requests at
+    # once, and reports the lag as send_lag), those catch-up sends are close too, so the bound is
+    # looser then; it still fails for pairs.
+    close = sum(g < 0.005 for g in gaps)
+    if result.send_lag.max < 5_000:  # microseconds: every send within 5 ms of its intended time
+        assert statistics.median(gaps) > 0.015
+        assert close <= len(gaps) // 5
+    else:
+        assert close < 0.45 * len(gaps)
 
 
 async def test_a_progress_line_is_printed_every_second(capsys: pytest.CaptureFixture[str]) -> None:
