@@ -37,6 +37,12 @@ from typing import Any, Literal
 
 import orjson
 
+from tollway.api.envelope import MAX_NAME as _MAX_NAME
+from tollway.api.envelope import ParsedEnvelope, parse_body
+from tollway.api.envelope import bad as _bad
+from tollway.api.envelope import number as _number
+from tollway.api.envelope import require as _require
+from tollway.api.envelope import shown as _shown
 from tollway.api.image_urls import image_url_error
 from tollway.canonical import (
     CanonicalRequest,
@@ -48,10 +54,10 @@ from tollway.canonical import (
     ToolChoice,
     ToolDefinition,
 )
-from tollway.exceptions import InvalidRequest, UnsupportedParameter
+from tollway.exceptions import UnsupportedParameter
 from tollway.routing.plan import AliasPlan
 
-__all__ = ["AnthropicEnvelope", "parse_body", "to_canonical"]
+__all__ = ["ParsedEnvelope", "parse_body", "to_canonical"]
 
 _PROFILE = frozenset(
     {
@@ -80,7 +86,6 @@ _MAX_MESSAGES = 4096
 _MAX_TOOLS = 128
 _MAX_STOP = 16
 _MAX_OPENAI_STOP = 4
-_MAX_NAME = 64
 
 _TEXT_KEYS = frozenset({"type", "text"})
 _IMAGE_KEYS = frozenset({"type", "source"})
@@ -88,47 +93,6 @@ _TOOL_USE_KEYS = frozenset({"type", "id", "name", "input"})
 _TOOL_RESULT_KEYS = frozenset({"type", "tool_use_id", "content", "is_error"})
 _MESSAGE_KEYS = frozenset({"role", "content"})
 _TOOL_KEYS = frozenset({"type", "name", "description", "input_schema"})
-
-
-class AnthropicEnvelope:
-    """The raw body parsed once, with the routing fields pulled out before policy runs."""
-
-    __slots__ = ("body", "model", "stream")
-
-    def __init__(self, body: dict[str, Any], model: str, stream: bool) -> None:
-        self.body = body
-        self.model = model
-        self.stream = stream
-
-
-def _bad(message: str, param: str | None = None) -> InvalidRequest:
-    return InvalidRequest(message, param=param)
-
-
-def _shown(value: object) -> str:
-    """A client-chosen name as an error may show it: bounded, and only if it is a string."""
-    return repr(value[:_MAX_NAME]) if isinstance(value, str) else "of a non-string type"
-
-
-def parse_body(raw: bytes) -> AnthropicEnvelope:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise _bad("The request body is not valid JSON.") from None
-    if not isinstance(body, dict):
-        raise _bad("The request body must be a JSON object.")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise _bad("'model' is required and must be a string.", "model")
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise _bad("'stream' must be a boolean.", "stream")
-    return AnthropicEnvelope(body, model, bool(stream))
-
-
-def _require(plan: AliasPlan, capability: str, param: str) -> None:
-    if capability not in plan.capabilities:
-        raise UnsupportedParameter(f"'{param}' is not supported by model '{plan.name}'.", param=param)
 
 
 def _not_yet(param: str) -> UnsupportedParameter:
@@ -393,15 +357,6 @@ def _tool_choice(raw: Any, names: set[str]) -> tuple[ToolChoice, bool | None]:
     return ToolChoice("function", name), parallel
 
 
-def _number(body: dict[str, Any], key: str, lo: float, hi: float) -> float | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-        raise _bad(f"'{key}' must be a number between {lo:g} and {hi:g}.", key)
-    return float(value)
-
-
 def _positive(body: dict[str, Any], key: str) -> int | None:
     value = body.get(key)
     if value is None:
@@ -476,7 +431,7 @@ def _apply_tools(req: CanonicalRequest, body: dict[str, Any], plan: AliasPlan) -
         req.tool_choice, req.parallel_tool_calls = _tool_choice(body["tool_choice"], {t.name for t in req.tools})
 
 
-def to_canonical(env: AnthropicEnvelope, plan: AliasPlan, *, counting: bool = False) -> CanonicalRequest:
+def to_canonical(env: ParsedEnvelope, plan: AliasPlan, *, counting: bool = False) -> CanonicalRequest:
     """Check ``env`` against the alias's policy and build the canonical request.
 
     ``counting`` is ``count_tokens``: ``max_tokens`` may be absent and the request never streams,

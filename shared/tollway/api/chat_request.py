@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-import orjson
-
+from tollway.api.envelope import ParsedEnvelope, parse_body
+from tollway.api.envelope import bad as _bad
+from tollway.api.envelope import number as _number
+from tollway.api.envelope import require as _require
 from tollway.api.image_urls import image_url_error
 from tollway.canonical import (
     CanonicalRequest,
@@ -27,7 +29,7 @@ from tollway.canonical import (
     ToolChoice,
     ToolDefinition,
 )
-from tollway.exceptions import InvalidRequest, UnsupportedParameter
+from tollway.exceptions import UnsupportedParameter
 from tollway.routing.plan import AliasPlan
 
 __all__ = ["ParsedEnvelope", "parse_body", "to_canonical"]
@@ -68,46 +70,6 @@ _MAX_STOP = 4
 _MAX_METADATA_KEYS = 16
 
 
-class ParsedEnvelope:
-    """The raw body parsed once, with the routing field pulled out before policy runs."""
-
-    __slots__ = ("body", "model", "stream")
-
-    def __init__(self, body: dict[str, Any], model: str, stream: bool) -> None:
-        self.body = body
-        self.model = model
-        self.stream = stream
-
-
-def _bad(message: str, param: str | None = None) -> InvalidRequest:
-    return InvalidRequest(message, param=param)
-
-
-def parse_body(raw: bytes) -> ParsedEnvelope:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise _bad("The request body is not valid JSON.") from None
-    if not isinstance(body, dict):
-        raise _bad("The request body must be a JSON object.")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise _bad("'model' is required and must be a string.", "model")
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise _bad("'stream' must be a boolean.", "stream")
-    return ParsedEnvelope(body, model, bool(stream))
-
-
-def _number(body: dict[str, Any], key: str, lo: float, hi: float) -> float | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-        raise _bad(f"'{key}' must be a number between {lo:g} and {hi:g}.", key)
-    return float(value)
-
-
 def _int(body: dict[str, Any], key: str) -> int | None:
     value = body.get(key)
     if value is None:
@@ -115,11 +77,6 @@ def _int(body: dict[str, Any], key: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise _bad(f"'{key}' must be a positive integer.", key)
     return value
-
-
-def _require(plan: AliasPlan, capability: str, param: str) -> None:
-    if capability not in plan.capabilities:
-        raise UnsupportedParameter(f"'{param}' is not supported by model '{plan.name}'.", param=param)
 
 
 def _content_parts(raw: list[Any], i: int, plan: AliasPlan) -> list[ContentPart]:

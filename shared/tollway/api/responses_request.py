@@ -44,8 +44,12 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-import orjson
-
+from tollway.api.envelope import MAX_NAME as _MAX_NAME
+from tollway.api.envelope import ParsedEnvelope, parse_body
+from tollway.api.envelope import bad as _bad
+from tollway.api.envelope import number as _number
+from tollway.api.envelope import require as _require
+from tollway.api.envelope import shown as _shown
 from tollway.api.image_urls import image_url_error
 from tollway.canonical import (
     CanonicalRequest,
@@ -59,10 +63,10 @@ from tollway.canonical import (
     ToolChoice,
     ToolDefinition,
 )
-from tollway.exceptions import InvalidRequest, UnsupportedParameter
+from tollway.exceptions import UnsupportedParameter
 from tollway.routing.plan import AliasPlan
 
-__all__ = ["BUILT_IN_TOOLS", "ResponsesEnvelope", "parse_body", "to_canonical"]
+__all__ = ["BUILT_IN_TOOLS", "ParsedEnvelope", "parse_body", "to_canonical"]
 
 _PROFILE = frozenset(
     {
@@ -135,7 +139,6 @@ BUILT_IN_TOOLS = frozenset(
 _MAX_ITEMS = 4096
 _MAX_TOOLS = 128
 _MAX_METADATA_KEYS = 16
-_MAX_NAME = 64
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
 _IMAGE_DETAILS = frozenset({"auto", "low", "high"})
 
@@ -150,49 +153,8 @@ _TOOL_KEYS = frozenset({"type", "name", "description", "parameters", "strict"})
 _SCHEMA_KEYS = frozenset({"type", "name", "description", "schema", "strict"})
 
 
-class ResponsesEnvelope:
-    """The raw body parsed once, with the routing fields pulled out before policy runs."""
-
-    __slots__ = ("body", "model", "stream")
-
-    def __init__(self, body: dict[str, Any], model: str, stream: bool) -> None:
-        self.body = body
-        self.model = model
-        self.stream = stream
-
-
-def _bad(message: str, param: str | None = None) -> InvalidRequest:
-    return InvalidRequest(message, param=param)
-
-
-def _shown(value: object) -> str:
-    """A client-chosen name as an error may show it: bounded, and only if it is a string."""
-    return repr(value[:_MAX_NAME]) if isinstance(value, str) else "of a non-string type"
-
-
 def _not_yet(param: str, why: str = "") -> UnsupportedParameter:
     return UnsupportedParameter(f"'{param}' is not supported yet by this gateway{why}.", param=param)
-
-
-def parse_body(raw: bytes) -> ResponsesEnvelope:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise _bad("The request body is not valid JSON.") from None
-    if not isinstance(body, dict):
-        raise _bad("The request body must be a JSON object.")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise _bad("'model' is required and must be a string.", "model")
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise _bad("'stream' must be a boolean.", "stream")
-    return ResponsesEnvelope(body, model, bool(stream))
-
-
-def _require(plan: AliasPlan, capability: str, param: str) -> None:
-    if capability not in plan.capabilities:
-        raise UnsupportedParameter(f"'{param}' is not supported by model '{plan.name}'.", param=param)
 
 
 def _check_keys(obj: dict[str, Any], allowed: frozenset[str], where: str) -> None:
@@ -435,15 +397,6 @@ def _text_format(raw: Any, plan: AliasPlan) -> ResponseFormat | None:
     raise _bad("'text.format.type' must be text, json_object or json_schema.", "text.format.type")
 
 
-def _number(body: dict[str, Any], key: str, lo: float, hi: float) -> float | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-        raise _bad(f"'{key}' must be a number between {lo:g} and {hi:g}.", key)
-    return float(value)
-
-
 def _max_output_tokens(body: dict[str, Any], plan: AliasPlan) -> int | None:
     value = body.get("max_output_tokens")
     if value is None:
@@ -514,7 +467,7 @@ def _apply_options(req: CanonicalRequest, body: dict[str, Any], plan: AliasPlan)
         req.metadata = _metadata(body["metadata"])
 
 
-def to_canonical(env: ResponsesEnvelope, plan: AliasPlan) -> CanonicalRequest:
+def to_canonical(env: ParsedEnvelope, plan: AliasPlan) -> CanonicalRequest:
     """Check ``env`` against the alias's policy and build the canonical request. A Responses
     stream always ends with its usage (in ``response.completed``), so ``include_usage`` follows
     ``stream``."""

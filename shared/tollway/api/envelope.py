@@ -1,0 +1,72 @@
+"""What every client format's request parser shares: the body parsed once with its routing fields
+pulled out, and the small checks each format's fields go through.
+
+Chat Completions, Anthropic Messages and Responses bodies all name ``model`` and ``stream`` at
+the top level, and the pipeline must resolve the alias between parsing and checking the rest
+against it, so the first step is the same for all three. Errors name fields and never echo
+request values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from tollway.exceptions import InvalidRequest, UnsupportedParameter
+from tollway.routing.plan import AliasPlan
+
+__all__ = ["MAX_NAME", "ParsedEnvelope", "bad", "number", "parse_body", "require", "shown"]
+
+MAX_NAME = 64
+"""How much of a client-chosen name (a tool, a field, a block type) an error message may show."""
+
+
+class ParsedEnvelope:
+    """The raw body parsed once, with the routing fields pulled out before policy runs."""
+
+    __slots__ = ("body", "model", "stream")
+
+    def __init__(self, body: dict[str, Any], model: str, stream: bool) -> None:
+        self.body = body
+        self.model = model
+        self.stream = stream
+
+
+def bad(message: str, param: str | None = None) -> InvalidRequest:
+    return InvalidRequest(message, param=param)
+
+
+def shown(value: object) -> str:
+    """A client-chosen name as an error may show it: bounded, and only if it is a string."""
+    return repr(value[:MAX_NAME]) if isinstance(value, str) else "of a non-string type"
+
+
+def parse_body(raw: bytes) -> ParsedEnvelope:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise bad("The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise bad("The request body must be a JSON object.")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad("'model' is required and must be a string.", "model")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise bad("'stream' must be a boolean.", "stream")
+    return ParsedEnvelope(body, model, bool(stream))
+
+
+def number(body: dict[str, Any], key: str, lo: float, hi: float) -> float | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise bad(f"'{key}' must be a number between {lo:g} and {hi:g}.", key)
+    return float(value)
+
+
+def require(plan: AliasPlan, capability: str, param: str) -> None:
+    if capability not in plan.capabilities:
+        raise UnsupportedParameter(f"'{param}' is not supported by model '{plan.name}'.", param=param)
