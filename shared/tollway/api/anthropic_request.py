@@ -40,7 +40,9 @@ import orjson
 from tollway.api.envelope import MAX_NAME as _MAX_NAME
 from tollway.api.envelope import ParsedEnvelope, parse_body
 from tollway.api.envelope import bad as _bad
+from tollway.api.envelope import collapse as _collapse
 from tollway.api.envelope import number as _number
+from tollway.api.envelope import object_type as _block_type
 from tollway.api.envelope import require as _require
 from tollway.api.envelope import shown as _shown
 from tollway.api.image_urls import image_url_error
@@ -111,21 +113,6 @@ def _check_keys(obj: dict[str, Any], allowed: frozenset[str], where: str) -> Non
                 continue
             raise _not_yet(path)
         raise UnsupportedParameter(f"'{path}' is not supported.", param=path)
-
-
-def _collapse(parts: list[ContentPart]) -> str | list[ContentPart]:
-    if len(parts) == 1 and isinstance(parts[0], TextPart):
-        return parts[0].text
-    return parts
-
-
-def _block_type(block: Any, where: str) -> str:
-    if not isinstance(block, dict):
-        raise _bad(f"{where} must be an object.", where)
-    kind = block.get("type")
-    if not isinstance(kind, str):
-        raise _bad(f"{where}.type must be a string.", f"{where}.type")
-    return kind
 
 
 def _unsupported_block(kind: str, where: str) -> UnsupportedParameter:

@@ -14,8 +14,10 @@ from typing import Any, cast
 
 from tollway.api.envelope import ParsedEnvelope, parse_body
 from tollway.api.envelope import bad as _bad
+from tollway.api.envelope import metadata as _metadata
 from tollway.api.envelope import number as _number
 from tollway.api.envelope import require as _require
+from tollway.api.envelope import user as _user
 from tollway.api.image_urls import image_url_error
 from tollway.canonical import (
     CanonicalRequest,
@@ -67,7 +69,6 @@ _ECHO_KEYS = frozenset({"refusal", "annotations", "audio", "function_call", "rea
 _MAX_MESSAGES = 4096
 _MAX_TOOLS = 128
 _MAX_STOP = 4
-_MAX_METADATA_KEYS = 16
 
 
 def _int(body: dict[str, Any], key: str) -> int | None:
@@ -220,16 +221,6 @@ def _stop(raw: Any) -> list[str]:
     return cast(list[str], stops)
 
 
-def _metadata(raw: Any) -> dict[str, str]:
-    if (
-        not isinstance(raw, dict)
-        or len(raw) > _MAX_METADATA_KEYS
-        or not all(isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512 for k, v in raw.items())
-    ):
-        raise _bad("'metadata' must map up to 16 keys (≤64 chars) to strings (≤512 chars).", "metadata")
-    return cast(dict[str, str], raw)
-
-
 def _unknown_fields(body: dict[str, Any], plan: AliasPlan) -> dict[str, Any]:
     extensions: dict[str, Any] = {}
     for key, value in body.items():
@@ -270,11 +261,7 @@ def _apply_options(req: CanonicalRequest, body: dict[str, Any], plan: AliasPlan)
         req.parallel_tool_calls = body["parallel_tool_calls"]
     if body.get("response_format") is not None:
         req.response_format = _response_format(body["response_format"], plan)
-    user = body.get("user")
-    if user is not None:
-        if not isinstance(user, str) or len(user) > 256:
-            raise _bad("'user' must be a string of at most 256 characters.", "user")
-        req.user = user
+    req.user = _user(body)
     if body.get("metadata") is not None:
         req.metadata = _metadata(body["metadata"])
 

@@ -9,14 +9,29 @@ request values.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
+from tollway.canonical import ContentPart, TextPart
 from tollway.exceptions import InvalidRequest, UnsupportedParameter
 from tollway.routing.plan import AliasPlan
 
-__all__ = ["MAX_NAME", "ParsedEnvelope", "bad", "number", "parse_body", "require", "shown"]
+__all__ = [
+    "MAX_NAME",
+    "ParsedEnvelope",
+    "bad",
+    "collapse",
+    "metadata",
+    "number",
+    "object_type",
+    "parse_body",
+    "require",
+    "shown",
+    "user",
+]
+
+_MAX_METADATA_KEYS = 16
 
 MAX_NAME = 64
 """How much of a client-chosen name (a tool, a field, a block type) an error message may show."""
@@ -70,3 +85,37 @@ def number(body: dict[str, Any], key: str, lo: float, hi: float) -> float | None
 def require(plan: AliasPlan, capability: str, param: str) -> None:
     if capability not in plan.capabilities:
         raise UnsupportedParameter(f"'{param}' is not supported by model '{plan.name}'.", param=param)
+
+
+def object_type(obj: Any, where: str) -> str:
+    """The ``type`` of a block, part or item that must be an object with a string ``type``."""
+    if not isinstance(obj, dict):
+        raise bad(f"{where} must be an object.", where)
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise bad(f"{where}.type must be a string.", f"{where}.type")
+    return kind
+
+
+def collapse(parts: list[ContentPart]) -> str | list[ContentPart]:
+    """A single text part as a plain string; several parts stay a list."""
+    if len(parts) == 1 and isinstance(parts[0], TextPart):
+        return parts[0].text
+    return parts
+
+
+def metadata(raw: Any) -> dict[str, str]:
+    if (
+        not isinstance(raw, dict)
+        or len(raw) > _MAX_METADATA_KEYS
+        or not all(isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512 for k, v in raw.items())
+    ):
+        raise bad("'metadata' must map up to 16 keys (≤64 chars) to strings (≤512 chars).", "metadata")
+    return cast(dict[str, str], raw)
+
+
+def user(body: dict[str, Any]) -> str | None:
+    value = body.get("user")
+    if value is not None and (not isinstance(value, str) or len(value) > 256):
+        raise bad("'user' must be a string of at most 256 characters.", "user")
+    return value

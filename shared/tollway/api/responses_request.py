@@ -47,9 +47,13 @@ from typing import Any, cast
 from tollway.api.envelope import MAX_NAME as _MAX_NAME
 from tollway.api.envelope import ParsedEnvelope, parse_body
 from tollway.api.envelope import bad as _bad
+from tollway.api.envelope import collapse as _collapse
+from tollway.api.envelope import metadata as _metadata
 from tollway.api.envelope import number as _number
+from tollway.api.envelope import object_type as _kind
 from tollway.api.envelope import require as _require
 from tollway.api.envelope import shown as _shown
+from tollway.api.envelope import user as _user
 from tollway.api.image_urls import image_url_error
 from tollway.canonical import (
     CanonicalRequest,
@@ -138,7 +142,6 @@ BUILT_IN_TOOLS = frozenset(
 )
 _MAX_ITEMS = 4096
 _MAX_TOOLS = 128
-_MAX_METADATA_KEYS = 16
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
 _IMAGE_DETAILS = frozenset({"auto", "low", "high"})
 
@@ -167,21 +170,6 @@ def _check_keys(obj: dict[str, Any], allowed: frozenset[str], where: str) -> Non
         if key in _NOT_YET_KEYS:
             raise _not_yet(path)
         raise UnsupportedParameter(f"'{path}' is not supported.", param=path)
-
-
-def _collapse(parts: list[ContentPart]) -> str | list[ContentPart]:
-    if len(parts) == 1 and isinstance(parts[0], TextPart):
-        return parts[0].text
-    return parts
-
-
-def _kind(obj: Any, where: str) -> str:
-    if not isinstance(obj, dict):
-        raise _bad(f"{where} must be an object.", where)
-    kind = obj.get("type")
-    if not isinstance(kind, str):
-        raise _bad(f"{where}.type must be a string.", f"{where}.type")
-    return kind
 
 
 def _string(obj: dict[str, Any], key: str, where: str, *, non_empty: bool = False) -> str:
@@ -408,16 +396,6 @@ def _max_output_tokens(body: dict[str, Any], plan: AliasPlan) -> int | None:
     return value
 
 
-def _metadata(raw: Any) -> dict[str, str]:
-    if (
-        not isinstance(raw, dict)
-        or len(raw) > _MAX_METADATA_KEYS
-        or not all(isinstance(v, str) and len(k) <= 64 and len(v) <= 512 for k, v in raw.items())
-    ):
-        raise _bad("'metadata' must map up to 16 keys (≤64 chars) to strings (≤512 chars).", "metadata")
-    return cast(dict[str, str], raw)
-
-
 def _refuse_unknown_fields(body: dict[str, Any]) -> None:
     for key, value in body.items():
         if key in _PROFILE or value is None:
@@ -458,11 +436,7 @@ def _apply_options(req: CanonicalRequest, body: dict[str, Any], plan: AliasPlan)
         req.parallel_tool_calls = parallel
     if body.get("text") is not None:
         req.response_format = _text_format(body["text"], plan)
-    user = body.get("user")
-    if user is not None:
-        if not isinstance(user, str) or len(user) > 256:
-            raise _bad("'user' must be a string of at most 256 characters.", "user")
-        req.user = user
+    req.user = _user(body)
     if body.get("metadata") is not None:
         req.metadata = _metadata(body["metadata"])
 
