@@ -22,6 +22,8 @@ __all__ = [
     "CanonicalRequest",
     "CanonicalResponse",
     "ContentPart",
+    "EmbeddingRequest",
+    "EmbeddingResponse",
     "FinishReason",
     "ImagePart",
     "Message",
@@ -210,14 +212,44 @@ SEMANTIC_EVENTS = (TextDelta, ToolCallDelta)
 """Once one of these has reached the client, the request may no longer move to another target."""
 
 
+@dataclass(slots=True)
+class EmbeddingRequest:
+    """One embeddings call: every input is embedded separately, in order.
+
+    ``inputs`` holds strings, or token arrays (lists of token ids) as OpenAI accepts them; a request
+    never mixes the two. Nothing streams and nothing is generated, so the governance stage reserves
+    input tokens only."""
+
+    inputs: list[str] | list[list[int]]
+    dimensions: int | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    """What the client asked for; the gateway always asks its provider for floats and encodes."""
+    user: str | None = None
+    stream: bool = False
+    max_output_tokens: int | None = 0
+    """Always 0: an embedding generates no tokens (the governance stage reads it like a chat request's)."""
+    extensions: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class EmbeddingResponse:
+    vectors: list[list[float]]
+    """One vector per input, in input order."""
+    usage: Usage | None
+    provider_model: str | None = None
+
+
 def estimate_tokens(text_chars: int) -> int:
     """A conservative local estimate: about four characters per token, rounded up."""
     return (text_chars + 3) // 4
 
 
-def estimate_request_tokens(req: CanonicalRequest) -> int:
+def estimate_request_tokens(req: CanonicalRequest | EmbeddingRequest) -> int:
     """The request's input size as a ``local-estimate``: message text, tool calls and tool schemas
     (images are not counted). Used for the alias's input bound and when a provider reports no usage."""
+    if type(req) is EmbeddingRequest:
+        return sum(len(i) if isinstance(i, list) else estimate_tokens(len(i)) for i in req.inputs)
+    assert isinstance(req, CanonicalRequest)
     chars = 0
     for m in req.messages:
         chars += len(m.text()) + 4

@@ -25,6 +25,8 @@ from tollway.canonical import (
     SEMANTIC_EVENTS,
     CanonicalRequest,
     CanonicalResponse,
+    EmbeddingRequest,
+    EmbeddingResponse,
     Message,
     SkippedEvent,
     StreamEvent,
@@ -125,6 +127,8 @@ class RequestContext:
     """The route whose attempt succeeded (for a stream: the one that committed)."""
     trace: RequestTrace | None = None
     """Set only for a sampled request: its trace, whose spans are built when it ends."""
+    operation: str = "chat.completions"
+    """The API the client called, as the audit trail names it (``tollway.pipeline.core.OPERATIONS``)."""
 
     @property
     def response_model(self) -> str:
@@ -450,6 +454,32 @@ class Gateway:
         response = await self._run(ctx, attempt)
         if response.usage is None:
             response.usage = local_usage(ctx.input_tokens, len(response.content or ""))
+        ctx.usage = response.usage
+        return response
+
+    async def embed(self, ctx: RequestContext, req: EmbeddingRequest) -> EmbeddingResponse:
+        """An embeddings request under the same walk as a buffered chat request: retries, fallback,
+        circuits and capacity apply alike."""
+        count = len(req.inputs)
+
+        async def attempt(target: RouteTarget, record: AttemptRecord) -> EmbeddingResponse:
+            codec = target.deployment.embeddings
+            if codec is None:  # configuration keeps such a route out of an embeddings alias
+                raise ModelUnavailable()
+            upstream = _traced(ctx, record, codec.encode_embeddings(req, target.target))
+            timing = record if ctx.audit is not None else None
+            status, headers, body = await target.deployment.transport.send(upstream, timing)
+            if status >= 400:
+                raise codec.decode_error(status, headers, body)
+            record.upstream_status = status
+            answer = codec.decode_embeddings(status, body, count)
+            if req.dimensions is not None and len(answer.vectors[0]) != req.dimensions:
+                raise UpstreamError(UpstreamCategory.MALFORMED, status=status, detail="embeddings of other dimensions")
+            return answer
+
+        response = await self._run(ctx, attempt)
+        if response.usage is None:
+            response.usage = Usage(prompt_tokens=ctx.input_tokens, evidence=UsageEvidence.LOCAL_ESTIMATE)
         ctx.usage = response.usage
         return response
 

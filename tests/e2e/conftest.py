@@ -82,6 +82,18 @@ def build_config(mock_url: str, keys: dict[str, str]) -> dict[str, object]:
         {"name": "chat-ttft-v1", "capabilities": all_caps, "routes": [route("ttft", "openai-ttft")]},
         {"name": "chat-slow-v1", "capabilities": all_caps, "routes": [route("slow", "openai-slow")]},
         {"name": "chat-hidden-v1", "capabilities": all_caps, "routes": [route("hidden", "openai-ok")]},
+        {
+            "name": "embed-v1",
+            "operations": ["embeddings"],
+            "maxEmbeddingInputs": 8,
+            "maxInputTokens": 512,
+            "routes": [route("embed", "openai-ok")],
+        },
+        {
+            "name": "embed-fallback-v1",
+            "operations": ["embeddings"],
+            "routes": [route("embed-fb-primary", "openai-503"), route("embed-fb-secondary", "openai-ok", priority=1)],
+        },
     ]
     visible = [m["name"] for m in models if m["name"] != "chat-hidden-v1"]
     return {

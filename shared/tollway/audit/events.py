@@ -188,10 +188,13 @@ def request_admitted(
     content_mode: ContentMode,
     max_attempts: int,
     trace_id: str | None = None,
+    operation: str = "chat.completions",
 ) -> AuditEvent:
+    """``operation`` is the API the client called: ``chat.completions``, ``messages``,
+    ``responses`` or ``embeddings``."""
     body: dict[str, Any] = {
         **_caller(principal_id, tenant, team, key_id, alias),
-        "operation": "chat.completions",
+        "operation": operation,
         "stream": stream,
         "contentMode": content_mode,
         "maxAttempts": max_attempts,
@@ -337,6 +340,7 @@ def request_rejected(
     status: int,
     error_code: str,
     stream: bool | None,
+    operation: str = "chat.completions",
 ) -> AuditEvent:
     """An authenticated request answered 4xx before admission: the whole record of that request.
 
@@ -350,7 +354,7 @@ def request_rejected(
         root_digest,
         {
             **_caller(principal_id, tenant, team, key_id, alias),
-            "operation": "chat.completions",
+            "operation": operation,
             "stream": stream,
             "status": status,
             "outcome": "rejected",

@@ -119,6 +119,7 @@ class AuditRecorder:
                 content_mode=self._content_mode,
                 max_attempts=ctx.plan.retry.max_attempts,
                 trace_id=ctx.trace.trace_id_hex if ctx.trace is not None else None,
+                operation=ctx.operation,
             )
         )
 
@@ -132,6 +133,7 @@ class AuditRecorder:
         code: str,
         stream: bool | None,
         root_digest: str,
+        operation: str = "chat.completions",
     ) -> None:
         """An authenticated request answered ``status`` (4xx) before admission. Never raises.
 
@@ -155,6 +157,7 @@ class AuditRecorder:
                     status=status,
                     error_code=code,
                     stream=stream,
+                    operation=operation,
                 )
             )
         except AuditUnavailable:

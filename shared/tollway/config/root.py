@@ -28,7 +28,7 @@ from tollway.exceptions import ConfigError, ConfigIssue
 from tollway.governance.policy import GovernanceSnapshot, PricingView
 from tollway.governance.principals import Principal, key_digest
 from tollway.pricing import PricingSnapshot
-from tollway.providers import FORMAT_CAPABILITIES, codec_for
+from tollway.providers import FORMAT_CAPABILITIES, codec_for, embeddings_codec_for
 from tollway.providers.base import ProviderFormat, Target
 from tollway.routing.health import CircuitPolicy, HealthRegistry, OutlierPolicy
 from tollway.routing.plan import AliasPlan, Deployment, RetryPolicy, RouteTarget
@@ -135,6 +135,14 @@ def _auth_headers(provider: ProviderConfig, fmt: ProviderFormat, resolver: Secre
     if fmt is ProviderFormat.ANTHROPIC_MESSAGES:
         return {"x-api-key": secret.reveal(), "anthropic-version": provider.anthropicVersion}
     return {"authorization": f"Bearer {secret.reveal()}"}
+
+
+def _client_formats(model: ModelConfig) -> frozenset[str]:
+    """The client APIs an alias is served over: as configured, else by its operation (an
+    embeddings alias over ``openai-embeddings``, a chat alias over the three chat APIs)."""
+    if "embeddings" in model.operations and "clientFormats" not in model.model_fields_set:
+        return frozenset({"openai-embeddings"})
+    return frozenset(model.clientFormats)
 
 
 def _strategy(model: ModelConfig, cfg: RouterConfig) -> Strategy:
@@ -298,6 +306,7 @@ class Publisher:
                 id=pid,
                 format=fmt,
                 codec=codec_for(fmt),
+                embeddings=embeddings_codec_for(fmt),
                 transport=transport,
                 provider_account_id=provider.providerAccountId or pid,
                 quota_group_id=provider.quotaGroupId or pid,
@@ -347,7 +356,9 @@ class Publisher:
             max_output_tokens=model.maxOutputTokens,
             default_max_output_tokens=default_out,
             allowed_parameters=frozenset(model.allowedParameters),
-            client_formats=frozenset(model.clientFormats),
+            client_formats=_client_formats(model),
+            operation="embeddings" if "embeddings" in model.operations else "chat",
+            max_embedding_inputs=model.maxEmbeddingInputs,
             reject_unknown_parameters=policy != "ignore",
             groups=tuple(tuple(by_priority[p]) for p in sorted(by_priority)),
             retry=retry,

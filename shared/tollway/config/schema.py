@@ -96,6 +96,11 @@ class ModelConfig(_Model):
     """The client APIs that may call this alias (``POST /v1/chat/completions``, ``/v1/messages``,
     ``/v1/responses``); every chat format by default."""
     operations: list[str] = Field(default_factory=lambda: ["chat"])
+    """``chat`` (the three chat client APIs) or ``embeddings`` (``POST /v1/embeddings``): one per
+    alias, since a model that does one does not do the other. An embeddings alias's client
+    format is ``openai-embeddings``, and every route's provider format must be able to embed."""
+    maxEmbeddingInputs: int = Field(default=2048, ge=1, le=100_000)
+    """The most inputs one embeddings request may carry (providers cap a batch: OpenAI at 2048)."""
     processingMode: str = "normalized"
     capabilities: list[str] = Field(default_factory=lambda: ["streaming"])
     maxInputTokens: int = 128000

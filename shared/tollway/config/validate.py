@@ -48,8 +48,10 @@ FORMAT_PROVIDER_TYPES: dict[str, frozenset[str]] = {
     "openai-chat-completions": frozenset({"openai", "openai-compatible"}),
     "anthropic-messages": frozenset({"anthropic"}),
 }
-CLIENT_FORMATS = frozenset({"openai-chat-completions", "anthropic-messages", "openai-responses"})
-OPERATIONS = frozenset({"chat"})
+CLIENT_FORMATS = frozenset({"openai-chat-completions", "anthropic-messages", "openai-responses", "openai-embeddings"})
+OPERATIONS = frozenset({"chat", "embeddings"})
+EMBEDDING_FORMATS = frozenset({"openai-chat-completions"})
+"""Provider formats whose providers embed (``tollway.providers.embeddings_codec_for``)."""
 PARAMETER_POLICIES = frozenset({"reject", "ignore"})
 STRATEGIES = frozenset({"priority-weighted", "ordered", "least-in-flight", "latency-aware", "sticky", "canary"})
 MAX_REQUEST_BODY_BYTES = 64 * 1024 * 1024
@@ -367,6 +369,12 @@ def _check_alias(path: str, model: ModelConfig, issues: _Issues) -> None:
     if not model.operations:
         issues.add(f"{path}.operations", "must list at least one operation")
     issues.members(f"{path}.operations", model.operations, OPERATIONS, "operation")
+    if "embeddings" in model.operations:
+        _check_embeddings_alias(path, model, issues)
+    elif "openai-embeddings" in model.clientFormats:
+        issues.add(
+            f"{path}.clientFormats", "'openai-embeddings' is served only by an alias with operations [embeddings]"
+        )
     if model.processingMode in ("detect", "opaque"):
         issues.add(f"{path}.processingMode", f"{model.processingMode!r} is not supported yet; use 'normalized'")
     elif model.processingMode != "normalized":
@@ -407,6 +415,25 @@ def _check_strategy(path: str, model: ModelConfig, issues: _Issues) -> None:
         for k, rid in enumerate(sp.routes):
             if rid not in routes:
                 issues.add(f"{path}.canary.splits[{i}].routes[{k}]", f"unknown route {rid!r} of this model")
+
+
+def _check_embeddings_alias(path: str, model: ModelConfig, issues: _Issues) -> None:
+    """An embeddings alias embeds and does nothing else, on routes whose provider format embeds."""
+    if len(set(model.operations)) > 1:
+        issues.add(f"{path}.operations", "an alias serves chat or embeddings, not both: declare one alias for each")
+    if "clientFormats" in model.model_fields_set and set(model.clientFormats) != {"openai-embeddings"}:
+        issues.add(f"{path}.clientFormats", "an embeddings alias is served over 'openai-embeddings' only")
+    chat_capabilities = set(model.capabilities) - {"streaming"}
+    if chat_capabilities:
+        issues.add(f"{path}.capabilities", f"chat capabilities on an embeddings alias: {_quoted(chat_capabilities)}")
+    if model.streamRecovery != "none":
+        issues.add(f"{path}.streamRecovery", "an embeddings alias does not stream")
+    for j, route in enumerate(model.routes):
+        if route.providerFormat in FORMAT_CAPABILITIES and route.providerFormat not in EMBEDDING_FORMATS:
+            issues.add(
+                f"{path}.routes[{j}].providerFormat",
+                f"{route.providerFormat!r} cannot embed; an embeddings route needs {_quoted(EMBEDDING_FORMATS)}",
+            )
 
 
 def _check_route(

@@ -4,6 +4,7 @@ Routes::
 
     POST   /v1/chat/completions       OpenAI Chat Completions (buffered or SSE)
     POST   /v1/messages               Anthropic Messages (buffered or SSE)
+    POST   /v1/embeddings             OpenAI Embeddings (deterministic vectors)
     *      /_fault/<k=v,k=v>/<route>  the route above, with faults (see tollway.mock.faults)
     GET    /_mock/health              {"ok": true}
     GET    /_mock/requests            the request log, oldest first; DELETE clears it
@@ -40,6 +41,7 @@ from tollway.mock.faults import (
     prefill_text,
 )
 from tollway.mock.openai_chat import OpenAIChat
+from tollway.mock.openai_embeddings import OpenAIEmbeddings
 from tollway.mock.wire import Reply, RequestError, WireFormat
 
 __all__ = ["REQUEST_LOG_SIZE", "MockApp", "create_app"]
@@ -55,6 +57,7 @@ REQUEST_LOG_SIZE = 1000
 _FORMATS: Final[dict[str, WireFormat]] = {
     "/v1/chat/completions": OpenAIChat(),
     "/v1/messages": AnthropicMessages(),
+    "/v1/embeddings": OpenAIEmbeddings(),
 }
 _FAULT_PREFIX: Final = "/_fault/"
 _JSON_TYPE: Final = (b"content-type", b"application/json")

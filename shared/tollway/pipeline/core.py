@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, TypeAlias, TypeVar
 
 from tollway.canonical import CanonicalResponse, StreamEvent, estimate_request_tokens
 from tollway.config.root import GatewayLimits, PublishedRoot, RootHolder
@@ -43,7 +43,7 @@ from tollway.exceptions import (
 from tollway.gateway import CommittedStream, Gateway, RequestContext
 from tollway.governance.principals import Principal, authenticate
 from tollway.pipeline.admission import Admission
-from tollway.pipeline.frontend import FrontEnd, Resolve, ResponseMeta, StreamEncoder
+from tollway.pipeline.frontend import ClientFormat, EmbeddingsFrontEnd, FrontEnd, Resolve, ResponseMeta, StreamEncoder
 from tollway.pipeline.observe import Observer
 from tollway.pipeline.stage import Call, Stage, StreamTransform
 from tollway.pipeline.stages.audit import AuditStage
@@ -54,6 +54,14 @@ __all__ = ["ClientGone", "Headers", "Inbound", "Pipeline", "Reply", "StreamReply
 access_log = logging.getLogger("tollway.access")
 
 _JSON = "application/json"
+
+OPERATIONS = {
+    "openai-chat-completions": "chat.completions",
+    "anthropic-messages": "messages",
+    "openai-responses": "responses",
+    "openai-embeddings": "embeddings",
+}
+"""The audit trail's ``operation`` by client format: the API the client called."""
 
 
 class ClientGone(TollwayError):
@@ -127,6 +135,10 @@ def model_not_found(model: str) -> ModelNotFound:
     return ModelNotFound(f"The model '{model[:200]}' does not exist or you do not have access to it.")
 
 
+_F = TypeVar("_F", bound=ClientFormat)
+_Serve: TypeAlias = Callable[[_F, "Inbound", PublishedRoot, Call, "_Lifecycle"], Awaitable["Reply | StreamReply"]]
+
+
 class Pipeline:
     """The request path of one process: its admission, its gateway, and the active root's plans."""
 
@@ -165,15 +177,23 @@ class Pipeline:
             raise
 
     async def run(self, front: FrontEnd, inbound: Inbound) -> Reply | StreamReply:
-        """Serve one request in ``front``'s format; every error becomes that format's envelope."""
+        """Serve one chat request in ``front``'s format; every error becomes that format's envelope."""
+        return await self._run(front, inbound, self._serve)
+
+    async def embed(self, front: EmbeddingsFrontEnd, inbound: Inbound) -> Reply | StreamReply:
+        """Serve one embeddings request: the same admission, stages and attempts as a buffered
+        chat request, one buffered answer."""
+        return await self._run(front, inbound, self._embed)
+
+    async def _run(self, front: _F, inbound: Inbound, serve: _Serve[_F]) -> Reply | StreamReply:
         root = self.holder.root
-        call = Call(inbound.request_id, time.monotonic())
+        call = Call(inbound.request_id, time.monotonic(), OPERATIONS.get(front.name, "chat.completions"))
         if self.observer is not None:
             self.observer.start(call, inbound.headers)
         life = _Lifecycle(self, call, root, front.name)
         try:
             async with life:
-                return await self._serve(front, inbound, root, call, life)
+                return await serve(front, inbound, root, call, life)
         except GatewayError as err:
             reply = front.encode_error(err)
             observer = self.observer
@@ -209,18 +229,70 @@ class Pipeline:
         except ClientGone:
             return Reply(499, b"")
 
-    async def _serve(
-        self, front: FrontEnd, inbound: Inbound, root: PublishedRoot, call: Call, life: _Lifecycle
-    ) -> Reply | StreamReply:
+    async def _admit(
+        self, front: ClientFormat, inbound: Inbound, root: PublishedRoot, call: Call, life: _Lifecycle
+    ) -> bytes:
+        """Authenticate, check the format's headers, take a request permit, read the body."""
         headers = inbound.headers
-        principal = call.principal = self.authenticate(_credentials(front, headers), root)
+        call.principal = self.authenticate(_credentials(front, headers), root)
         if (headers.get("content-type") or "").split(";", 1)[0].strip().lower() != _JSON:
             raise UnsupportedMediaType()
         front.check_headers(headers)
         await self.admission.enter(root)
         life.permit = True
         limits = root.limits
-        raw = await inbound.read_body(limits.max_request_body_bytes, limits.body_read_timeout_s)
+        return await inbound.read_body(limits.max_request_body_bytes, limits.body_read_timeout_s)
+
+    def _context(self, call: Call, root: PublishedRoot, headers: Headers, input_tokens: int) -> RequestContext:
+        principal, plan = call.principal, call.alias
+        assert principal is not None and plan is not None
+        limits = root.limits
+        session_id = headers.get(limits.session_header)
+        ctx = call.ctx = RequestContext(
+            request_id=call.request_id,
+            principal=principal,
+            root=root,
+            plan=plan,
+            deadline=asyncio.get_running_loop().time() + limits.request_timeout_s,
+            session_id=session_id[:128] if session_id else None,
+            audit=self.audit.recorder if self.audit is not None else None,
+            input_tokens=input_tokens,
+            trace=call.trace,
+            operation=call.operation,
+        )
+        return ctx
+
+    async def _embed(
+        self, front: EmbeddingsFrontEnd, inbound: Inbound, root: PublishedRoot, call: Call, life: _Lifecycle
+    ) -> Reply:
+        raw = await self._admit(front, inbound, root, call, life)
+        ereq = front.decode(raw, life.resolve)
+        if call.trace is not None:
+            call.trace.mark("resolved")
+        ctx = self._context(call, root, inbound.headers, estimate_request_tokens(ereq))
+        call.request = ereq
+        for stage in ctx.plan.stages:
+            await stage.before(call)
+            life.entered += 1
+        if call.trace is not None:
+            call.trace.mark("stages_before")
+        async with _cancel_on_disconnect(inbound.disconnected):
+            response = await self.gateway.embed(ctx, ereq)
+        body = front.encode_response(
+            ResponseMeta(call.request_id, int(time.time()), ctx.response_model), response, ereq
+        )
+        call.status = 200
+        observer = self.observer
+        if observer is not None and observer.overhead_header:
+            return Reply(200, body, observer.overhead_headers(call, time.monotonic()))
+        return Reply(200, body)
+
+    async def _serve(
+        self, front: FrontEnd, inbound: Inbound, root: PublishedRoot, call: Call, life: _Lifecycle
+    ) -> Reply | StreamReply:
+        headers = inbound.headers
+        raw = await self._admit(front, inbound, root, call, life)
+        limits = root.limits
         creq = front.decode(raw, life.resolve)
         trace = call.trace
         if trace is not None:
@@ -235,18 +307,7 @@ class Pipeline:
         if creq.stream:
             self.admission.acquire_stream(root)
             life.stream_permit = True
-        session_id = headers.get(limits.session_header)
-        ctx = call.ctx = RequestContext(
-            request_id=call.request_id,
-            principal=principal,
-            root=root,
-            plan=plan,
-            deadline=asyncio.get_running_loop().time() + limits.request_timeout_s,
-            session_id=session_id[:128] if session_id else None,
-            audit=self.audit.recorder if self.audit is not None else None,
-            input_tokens=input_tokens,
-            trace=trace,
-        )
+        ctx = self._context(call, root, headers, input_tokens)
         call.request = creq
         for stage in plan.stages:
             await stage.before(call)
@@ -285,7 +346,7 @@ class Pipeline:
         return Reply(200, body)
 
 
-def _credentials(front: FrontEnd, headers: Headers) -> list[str]:
+def _credentials(front: ClientFormat, headers: Headers) -> list[str]:
     """The ``Authorization`` values, and the front end's key header as bearer values: a request
     that sends both (or two of either) is refused by :meth:`Pipeline.authenticate`, since which
     one names the caller would otherwise depend on the order."""

@@ -12,11 +12,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from tollway.canonical import CanonicalRequest, CanonicalResponse, StreamEvent, Usage
+from tollway.canonical import (
+    CanonicalRequest,
+    CanonicalResponse,
+    EmbeddingRequest,
+    EmbeddingResponse,
+    StreamEvent,
+    Usage,
+)
 from tollway.exceptions import GatewayError
 from tollway.routing.plan import AliasPlan
 
-__all__ = ["ErrorReply", "FrontEnd", "HeaderGetter", "Resolve", "ResponseMeta", "StreamEncoder"]
+__all__ = [
+    "ClientFormat",
+    "EmbeddingsFrontEnd",
+    "ErrorReply",
+    "FrontEnd",
+    "HeaderGetter",
+    "Resolve",
+    "ResponseMeta",
+    "StreamEncoder",
+]
 
 
 class HeaderGetter(Protocol):
@@ -69,8 +85,8 @@ class StreamEncoder(Protocol):
         ...
 
 
-class FrontEnd(Protocol):
-    """One client format: decode a request, encode a response, a stream, or an error."""
+class ClientFormat(Protocol):
+    """What the pipeline asks of every client format before and after the operation itself."""
 
     name: str
     """The format's name in logs and the audit trail (``openai-chat-completions``)."""
@@ -82,6 +98,20 @@ class FrontEnd(Protocol):
         """Refuse format headers the gateway cannot honour (after authentication, before the body)."""
         ...
 
+    def encode_error(self, err: GatewayError) -> ErrorReply: ...
+
+
+class EmbeddingsFrontEnd(ClientFormat, Protocol):
+    """An embeddings format: one buffered request, one buffered answer, nothing streams."""
+
+    def decode(self, raw: bytes, resolve: Resolve) -> EmbeddingRequest: ...
+
+    def encode_response(self, meta: ResponseMeta, resp: EmbeddingResponse, req: EmbeddingRequest) -> bytes: ...
+
+
+class FrontEnd(ClientFormat, Protocol):
+    """One chat client format: decode a request, encode a response, a stream, or an error."""
+
     def decode(self, raw: bytes, resolve: Resolve) -> CanonicalRequest:
         """The canonical request for body ``raw``; raises the client's ``GatewayError``."""
         ...
@@ -91,5 +121,3 @@ class FrontEnd(Protocol):
         ...
 
     def encode_stream(self, meta: ResponseMeta, req: CanonicalRequest) -> StreamEncoder: ...
-
-    def encode_error(self, err: GatewayError) -> ErrorReply: ...

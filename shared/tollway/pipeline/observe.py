@@ -33,6 +33,7 @@ PROVIDER_NAMES: Final = {"openai-chat-completions": "openai", "anthropic-message
 _STATUS_CLASS: Final = ("1xx", "1xx", "2xx", "3xx", "4xx", "5xx")
 _BUDGET_CODES: Final = frozenset({"budget_exceeded", "rate_limited", "budget_unavailable"})
 _OPERATION: Final = "chat"
+"""``gen_ai.operation.name`` before an alias is resolved; after, the alias's (``chat``, ``embeddings``)."""
 OVERHEAD_HEADER: Final = "x-tollway-overhead-ms"
 
 
@@ -98,13 +99,14 @@ class Observer:
     def _record(m: GatewayMetrics, call: Call, now: float) -> None:  # noqa: C901 - one flat pass over the request
         plan = call.alias
         alias = plan.name if plan is not None else ""
+        op = plan.operation if plan is not None else _OPERATION
         status = call.status
         klass = _status_class(status)
         code = call.code or ("client_disconnected" if status == 499 else "")
         stream = "true" if call.stream else "false"
         duration = now - call.started
-        m.requests.child(alias, _OPERATION, stream, klass, code).inc()
-        m.request_duration.child(_OPERATION, alias, klass, code).observe(duration)
+        m.requests.child(alias, op, stream, klass, code).inc()
+        m.request_duration.child(op, alias, klass, code).observe(duration)
         if code in _BUDGET_CODES:
             m.budget_rejections.child(alias, code).inc()
         if status == 499:
@@ -126,9 +128,9 @@ class Observer:
             provider = PROVIDER_NAMES.get(a.provider_format, a.provider_format)
             category = a.error_category or ""
             m.attempts.child(alias, a.route_id, provider, a.outcome, category).inc()
-            m.provider_duration.child(_OPERATION, alias, provider, a.route_id, category).observe(took)
+            m.provider_duration.child(op, alias, provider, a.route_id, category).observe(took)
             if a.first_event_s is not None:
-                m.provider_ttft.child(_OPERATION, alias, provider, a.route_id).observe(a.first_event_s)
+                m.provider_ttft.child(op, alias, provider, a.route_id).observe(a.first_event_s)
             if a.outcome == "cancelled":
                 m.upstream_cancellations.child(alias, a.route_id).inc()
             if a.reason == "retry":
@@ -143,16 +145,16 @@ class Observer:
             m.retries.child(alias, "fallback").inc(fallbacks)
         if len(routes) > 1:  # the depth of requests that fell back; the rest are requests_total less these
             m.fallback_depth.child(alias).observe(len(routes) - 1)
-        m.overhead.child(alias, _OPERATION, stream).observe(max(0.0, duration - waited))
+        m.overhead.child(alias, op, stream).observe(max(0.0, duration - waited))
         if call.committed_at:
-            m.time_to_first_token.child(_OPERATION, alias).observe(call.committed_at - call.started)
+            m.time_to_first_token.child(op, alias).observe(call.committed_at - call.started)
             m.stream_duration.child(alias, "ok" if status == 200 else code or klass).observe(now - call.committed_at)
         if call.stream and call.committed_at:
             m.stream_permit_hold.child(alias).observe(now - ctx.received)
         usage = ctx.usage
         if usage is not None and answered:
-            m.token_usage.child(_OPERATION, alias, answered, "input").observe(usage.prompt_tokens)
-            m.token_usage.child(_OPERATION, alias, answered, "output").observe(usage.completion_tokens)
+            m.token_usage.child(op, alias, answered, "input").observe(usage.prompt_tokens)
+            m.token_usage.child(op, alias, answered, "output").observe(usage.completion_tokens)
             tokens = m.tokens
             tokens.child(alias, "input").inc(usage.prompt_tokens)
             tokens.child(alias, "output").inc(usage.completion_tokens)
@@ -205,7 +207,7 @@ class Observer:
             RequestInfo(
                 request_id=call.request_id,
                 alias=plan.name if plan is not None else "",
-                operation=_OPERATION,
+                operation=plan.operation if plan is not None else _OPERATION,
                 stream=bool(call.stream),
                 status=call.status,
                 error_code=call.code or ("client_disconnected" if call.status == 499 else None),

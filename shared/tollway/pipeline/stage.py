@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from tollway.canonical import CanonicalRequest, CanonicalResponse, StreamEvent
+from tollway.canonical import CanonicalRequest, CanonicalResponse, EmbeddingRequest, StreamEvent
 
 if TYPE_CHECKING:
     from tollway.gateway import RequestContext
@@ -42,6 +42,7 @@ class Call:
         "cost",
         "ctx",
         "cut",
+        "operation",
         "principal",
         "request",
         "request_id",
@@ -51,8 +52,10 @@ class Call:
         "trace",
     )
 
-    def __init__(self, request_id: str, started: float = 0.0) -> None:
+    def __init__(self, request_id: str, started: float = 0.0, operation: str = "chat.completions") -> None:
         self.request_id = request_id
+        self.operation = operation
+        """The API the client called, as the audit trail names it (``chat.completions``, ``embeddings``…)."""
         self.started = started
         """Monotonic time the pipeline took the request (its duration and overhead start here)."""
         self.trace: RequestTrace | None = None
@@ -66,7 +69,8 @@ class Call:
         """The resolved alias plan (set before the body is checked against it)."""
         self.stream: bool | None = None
         """Whether the body asked to stream (``None`` until it is parsed)."""
-        self.request: CanonicalRequest | None = None
+        self.request: CanonicalRequest | EmbeddingRequest | None = None
+        """The decoded request; an embeddings request has no ``after`` or transform: nothing is generated."""
         self.ctx: RequestContext | None = None
         """The attempt loop's context, once the request is decoded and eligible."""
         self.status = 499

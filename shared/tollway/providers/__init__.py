@@ -1,6 +1,7 @@
 """Provider codecs: pure translation between the canonical types and each provider's wire format.
 
-``codec_for`` returns the one shared, stateless codec of a format; ``FORMAT_CAPABILITIES``
+``codec_for`` returns the one shared, stateless codec of a format, and ``embeddings_codec_for``
+its embeddings capability when its providers embed; ``FORMAT_CAPABILITIES``
 says what each format can represent, so configuration can refuse a route that would
 have to drop a feature a model is declared to have.
 """
@@ -10,17 +11,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tollway.providers.anthropic_messages import AnthropicMessagesCodec
-from tollway.providers.base import ProviderCodec, ProviderFormat, Target
+from tollway.providers.base import EmbeddingsCodec, ProviderCodec, ProviderFormat, Target
 from tollway.providers.openai_chat import OpenAIChatCodec
+from tollway.providers.openai_embeddings import OpenAIEmbeddingsCodec
 
 __all__ = [
     "FORMAT_CAPABILITIES",
     "AnthropicMessagesCodec",
+    "EmbeddingsCodec",
     "OpenAIChatCodec",
     "ProviderCodec",
     "ProviderFormat",
     "Target",
     "codec_for",
+    "embeddings_codec_for",
 ]
 
 FORMAT_CAPABILITIES: dict[ProviderFormat, frozenset[str]] = {
@@ -37,3 +41,11 @@ _CODECS: Mapping[ProviderFormat, ProviderCodec] = {
 def codec_for(fmt: ProviderFormat) -> ProviderCodec:
     """The shared codec of ``fmt``; codecs hold no per-request state, so one instance serves all."""
     return _CODECS[fmt]
+
+
+_EMBEDDINGS: Mapping[ProviderFormat, EmbeddingsCodec] = {ProviderFormat.OPENAI_CHAT: OpenAIEmbeddingsCodec()}
+
+
+def embeddings_codec_for(fmt: ProviderFormat) -> EmbeddingsCodec | None:
+    """The embeddings capability of ``fmt``; ``None`` when its providers do not embed (Anthropic)."""
+    return _EMBEDDINGS.get(fmt)

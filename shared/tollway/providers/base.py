@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
-from tollway.canonical import CanonicalRequest, CanonicalResponse, StreamEvent
+from tollway.canonical import CanonicalRequest, CanonicalResponse, EmbeddingRequest, EmbeddingResponse, StreamEvent
 from tollway.exceptions import UpstreamError
 from tollway.wire import SseEvent, UpstreamRequest
 
-__all__ = ["ProviderCodec", "ProviderFormat", "Target"]
+__all__ = ["EmbeddingsCodec", "ProviderCodec", "ProviderFormat", "Target"]
 
 
 class ProviderFormat(enum.Enum):
@@ -41,5 +41,18 @@ class ProviderCodec(Protocol):
     def decode_response(self, status: int, body: bytes) -> CanonicalResponse: ...
 
     def decode_stream(self, events: AsyncIterator[SseEvent]) -> AsyncIterator[StreamEvent]: ...
+
+    def decode_error(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamError: ...
+
+
+class EmbeddingsCodec(Protocol):
+    """The optional embeddings capability of a provider format: only a format whose providers
+    embed has one (``tollway.providers.embeddings_codec_for``), so a chat-only codec stubs nothing."""
+
+    def encode_embeddings(self, req: EmbeddingRequest, target: Target) -> UpstreamRequest: ...
+
+    def decode_embeddings(self, status: int, body: bytes, count: int) -> EmbeddingResponse:
+        """The vectors of ``count`` inputs, in input order; raises ``UpstreamError`` when malformed."""
+        ...
 
     def decode_error(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamError: ...

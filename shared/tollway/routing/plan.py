@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tollway.providers.base import ProviderCodec, ProviderFormat, Target
+from tollway.providers.base import EmbeddingsCodec, ProviderCodec, ProviderFormat, Target
 from tollway.routing.health import DeploymentHealth, OutlierPolicy
 from tollway.routing.retry import RetryPolicy
 from tollway.routing.strategies import RouteDecision, SelectionInput, Strategy, WeightedRandom, decide
@@ -33,6 +33,8 @@ class Deployment:
     transport: Transport
     provider_account_id: str
     quota_group_id: str
+    embeddings: EmbeddingsCodec | None = None
+    """The format's embeddings capability, when its providers embed."""
 
     def __repr__(self) -> str:
         return f"Deployment({self.id!r}, {self.format.value})"
@@ -84,6 +86,10 @@ class AliasPlan:
     continue on another route with an assistant prefill."""
     client_formats: frozenset[str] = frozenset({"openai-chat-completions", "anthropic-messages", "openai-responses"})
     """The client APIs that may call this alias (``clientFormats``)."""
+    operation: str = "chat"
+    """``chat`` or ``embeddings`` (``operations``)."""
+    max_embedding_inputs: int = 2048
+    """The most inputs one embeddings request may carry (``maxEmbeddingInputs``)."""
     stages: tuple[Stage, ...] = ()
     """The request stages this alias runs, in order, compiled in at publication
     (``tollway.pipeline.compile``): a stage the root does not enable is not here at all."""

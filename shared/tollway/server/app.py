@@ -31,7 +31,7 @@ from tollway.audit.pipeline import AuditPipeline, external_shipper
 from tollway.exceptions import GatewayError, MethodNotAllowed, NotFound
 from tollway.server.http import error_response
 from tollway.server.observe import metrics_endpoint, start_sampler
-from tollway.server.routes import admin, chat, health, messages, models, responses, usage
+from tollway.server.routes import admin, chat, embeddings, health, messages, models, responses, usage
 from tollway.server.runtime import GatewayRuntime
 from tollway.telemetry.logs import bind_request, reset_request
 
@@ -175,6 +175,7 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
     app.router.add_route(f"{prefix}/messages", messages.messages, methods=["POST"])
     app.router.add_route(f"{prefix}/messages/count_tokens", messages.messages_count_tokens, methods=["POST"])
     app.router.add_route(f"{prefix}/responses", responses.responses, methods=["POST"])
+    app.router.add_route(f"{prefix}/embeddings", embeddings.embeddings, methods=["POST"])
     app.router.add_route(f"{prefix}/usage", usage.usage, methods=["GET"])
     app.router.add_route("/healthz", health.healthz, methods=["GET"])
     app.router.add_route("/admin/v1/routes", admin.admin_routes, methods=["GET"])

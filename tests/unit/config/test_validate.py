@@ -160,6 +160,18 @@ def _two_zero_weight_routes(data: dict[str, Any]) -> None:
         route["weight"] = 0
 
 
+def _embeddings_alias(*, drop_anthropic: bool = False, **fields: Any) -> Callable[[dict[str, Any]], None]:
+    """models[0] as an embeddings alias (its second route is Anthropic-format, which cannot embed)."""
+
+    def apply(data: dict[str, Any]) -> None:
+        model = data["models"][0]
+        model.update({"operations": ["embeddings"], "capabilities": ["streaming"], **fields})
+        if drop_anthropic:
+            model["routes"] = model["routes"][:1]
+
+    return apply
+
+
 P = "providers.openai-primary"
 R0 = "models[0].routes[0]"
 R1 = "models[0].routes[1]"
@@ -231,7 +243,32 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
         "unknown capability 'smell'",
     ),
     ("unknown-client-format", edit("models[0].clientFormats", ["anthropic"]), "models[0].clientFormats[0]", "unknown"),
-    ("unknown-operation", edit("models[0].operations", ["embeddings"]), "models[0].operations[0]", "unknown"),
+    ("unknown-operation", edit("models[0].operations", ["rerank"]), "models[0].operations[0]", "unknown"),
+    ("embeddings-on-a-route-that-cannot-embed", _embeddings_alias(), f"{R1}.providerFormat", "cannot embed"),
+    (
+        "chat-and-embeddings-on-one-alias",
+        _embeddings_alias(operations=["chat", "embeddings"], drop_anthropic=True),
+        "models[0].operations",
+        "not both",
+    ),
+    (
+        "chat-capability-on-an-embeddings-alias",
+        _embeddings_alias(capabilities=["streaming", "tools"], drop_anthropic=True),
+        "models[0].capabilities",
+        "'tools'",
+    ),
+    (
+        "chat-format-on-an-embeddings-alias",
+        _embeddings_alias(clientFormats=["openai-chat-completions"], drop_anthropic=True),
+        "models[0].clientFormats",
+        "'openai-embeddings' only",
+    ),
+    (
+        "embeddings-format-on-a-chat-alias",
+        edit("models[0].clientFormats", ["openai-embeddings"]),
+        "models[0].clientFormats",
+        "operations [embeddings]",
+    ),
     ("opaque-processing", edit("models[0].processingMode", "opaque"), "models[0].processingMode", "not supported yet"),
     ("detect-processing", edit("models[0].processingMode", "detect"), "models[0].processingMode", "not supported yet"),
     ("unknown-processing", edit("models[0].processingMode", "raw"), "models[0].processingMode", "unknown"),

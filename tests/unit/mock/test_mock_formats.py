@@ -360,7 +360,7 @@ async def test_malformed_requests_and_unknown_routes(client: httpx.AsyncClient) 
     not_json = await client.post(CHAT, content=b"{nope", headers={"content-type": "application/json"})
     no_model = await client.post(CHAT, json={"messages": [{"role": "user", "content": "x"}]})
     wrong_method = await client.get(CHAT)
-    unknown = await client.post("/v1/embeddings", json={})
+    unknown = await client.post("/v1/rerank", json={})
 
     assert not_json.status_code == 400
     assert not_json.json()["error"]["type"] == "invalid_request_error"

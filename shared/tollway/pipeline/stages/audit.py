@@ -59,4 +59,5 @@ class AuditStage(BaseStage):
             code=code,
             stream=call.stream if alias is not None else None,
             root_digest=root_digest,
+            operation=call.operation,
         )

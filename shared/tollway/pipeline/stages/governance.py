@@ -47,7 +47,7 @@ class GovernanceStage(BaseStage):
             # What is reserved is what the provider is allowed: without an explicit limit some formats
             # send none, and the answer could outgrow its reservation.
             creq.max_output_tokens = plan.default_max_output_tokens
-        max_output = creq.max_output_tokens or plan.default_max_output_tokens
+        max_output = creq.max_output_tokens if creq.max_output_tokens is not None else plan.default_max_output_tokens
         ctx.governance = await self._governor.admit(
             gov,
             root.pricing,

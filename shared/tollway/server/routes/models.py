@@ -24,7 +24,7 @@ def _model_object(name: str, plan: AliasPlan) -> dict[str, Any]:
         "object": "model",
         "created": 0,
         "owned_by": "tollway",
-        "operations": ["chat"],
+        "operations": [plan.operation],
         "client_formats": sorted(plan.client_formats),
     }
 
