@@ -33,6 +33,7 @@ from tollway.exceptions import AuditUnavailable
 
 if TYPE_CHECKING:
     from tollway.audit.wal import WalWriter
+    from tollway.canonical import UsageEvidence
     from tollway.gateway import AttemptRecord, RequestContext
     from tollway.governance.meter import CostRecord
     from tollway.governance.principals import Principal
@@ -229,6 +230,7 @@ class AuditRecorder:
         admitted_at: float,
         cost: CostRecord | None = None,
         commit: bool = False,
+        evidence: UsageEvidence | None = None,
     ) -> None:
         """At the end. A buffered local-durable response waits for it when ``terminalCommitBeforeResponse``,
         and so does a stream whose ``[DONE]`` is held for it (``commit``, ``terminalCommitBeforeDone``).
@@ -259,7 +261,9 @@ class AuditRecorder:
                         "cachedPromptTokens": usage.cached_prompt_tokens,
                         "reasoningTokens": usage.reasoning_tokens,
                     },
-                    usage_evidence="unknown" if usage is None else usage.evidence.value,
+                    usage_evidence=evidence.value
+                    if evidence is not None
+                    else ("unknown" if usage is None else usage.evidence.value),
                     cancellation="client_disconnected" if status == 499 else None,
                     principal_id=ctx.principal.id,
                     tenant=ctx.principal.tenant,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, TypeAlias, TypeVar
 
-from tollway.canonical import CanonicalResponse, StreamEvent, estimate_request_tokens
+from tollway.canonical import CanonicalResponse, StreamEvent, UsageEvidence, estimate_request_tokens
 from tollway.config.root import GatewayLimits, PublishedRoot, RootHolder
 from tollway.exceptions import (
     AuthenticationFailed,
@@ -54,6 +54,7 @@ __all__ = ["ClientGone", "Headers", "Inbound", "Pipeline", "Reply", "StreamReply
 access_log = logging.getLogger("tollway.access")
 
 _JSON = "application/json"
+LOCAL = UsageEvidence.LOCAL_ESTIMATE
 
 OPERATIONS = {
     "openai-chat-completions": "chat.completions",
@@ -206,23 +207,35 @@ class Pipeline:
             return Reply(499, b"")
 
     async def answer_locally(
-        self, front: FrontEnd, inbound: Inbound, answer: Callable[[bytes, Resolve], bytes]
+        self, front: FrontEnd, inbound: Inbound, answer: Callable[[bytes, Resolve], bytes], operation: str
     ) -> Reply:
         """A request the gateway answers itself, never a provider (Anthropic's ``count_tokens``):
         authenticated, resolved against the caller's aliases and checked like any request, but it
-        takes no permit, runs no stage and is never charged as usage."""
+        takes no permit and runs no stage. Its audit record names ``operation`` and says its answer
+        is a ``local-estimate``, with no usage: it is never charged."""
         root = self.holder.root
-        call = Call(inbound.request_id, time.monotonic())
+        call = Call(inbound.request_id, time.monotonic(), operation)
         life = _Lifecycle(self, call, root, front.name)
         try:
-            headers = inbound.headers
-            call.principal = self.authenticate(_credentials(front, headers), root)
-            if (headers.get("content-type") or "").split(";", 1)[0].strip().lower() != _JSON:
-                raise UnsupportedMediaType()
-            front.check_headers(headers)
-            limits = root.limits
-            raw = await inbound.read_body(limits.max_request_body_bytes, limits.body_read_timeout_s)
-            return Reply(200, answer(raw, life.resolve))
+            async with life:
+                headers = inbound.headers
+                call.principal = self.authenticate(_credentials(front, headers), root)
+                if (headers.get("content-type") or "").split(";", 1)[0].strip().lower() != _JSON:
+                    raise UnsupportedMediaType()
+                front.check_headers(headers)
+                limits = root.limits
+                raw = await inbound.read_body(limits.max_request_body_bytes, limits.body_read_timeout_s)
+                body = answer(raw, life.resolve)
+                call.status = 200
+                if self.audit is not None:
+                    ctx = self._context(call, root, headers, 0)
+                    recorder = self.audit.recorder
+                    recorder.admitted(ctx, stream=False)
+                    call.admitted_at = time.monotonic()
+                    await recorder.request_finished(
+                        ctx, status=200, error_code=None, stream=False, admitted_at=call.admitted_at, evidence=LOCAL
+                    )
+                return Reply(200, body)
         except GatewayError as err:
             reply = front.encode_error(err)
             return Reply(reply.status, reply.body, reply.headers)

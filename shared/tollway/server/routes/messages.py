@@ -17,4 +17,8 @@ async def messages(request: Request) -> Response:
 
 
 async def messages_count_tokens(request: Request) -> Response:
-    return render(await pipeline_of(request).answer_locally(ANTHROPIC_MESSAGES, inbound(request), count_tokens))
+    return render(
+        await pipeline_of(request).answer_locally(
+            ANTHROPIC_MESSAGES, inbound(request), count_tokens, "messages.count_tokens"
+        )
+    )
