@@ -18,7 +18,10 @@ from typing import Any, Literal, TypeAlias
 import orjson
 
 __all__ = [
+    "EPHEMERAL",
+    "SEMANTIC_EVENTS",
     "SKIPPED",
+    "CacheControl",
     "CanonicalRequest",
     "CanonicalResponse",
     "ContentPart",
@@ -27,6 +30,8 @@ __all__ = [
     "FinishReason",
     "ImagePart",
     "Message",
+    "RedactedThinking",
+    "RedactedThinkingPart",
     "ResponseFormat",
     "Role",
     "SkippedEvent",
@@ -36,6 +41,9 @@ __all__ = [
     "StreamUsage",
     "TextDelta",
     "TextPart",
+    "ThinkingBlock",
+    "ThinkingDelta",
+    "ThinkingPart",
     "ToolCall",
     "ToolCallDelta",
     "ToolChoice",
@@ -51,8 +59,23 @@ FinishReason: TypeAlias = Literal["stop", "length", "tool_calls", "content_filte
 
 
 @dataclass(slots=True, frozen=True)
+class CacheControl:
+    """A prompt-cache breakpoint (Anthropic's ``cache_control: {"type": "ephemeral"}``): the prompt
+    up to and including the block that carries it may be cached. A hint with no effect on the
+    answer; only the Anthropic codec writes it, exactly where the client put it."""
+
+    ttl: str | None = None
+    """``5m`` or ``1h`` as the client gave it; ``None``: the provider's default (5 minutes)."""
+
+
+EPHEMERAL = CacheControl()
+"""The breakpoint without a TTL, shared: most requests that cache use only this one."""
+
+
+@dataclass(slots=True, frozen=True)
 class TextPart:
     text: str
+    cache_control: CacheControl | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -61,9 +84,30 @@ class ImagePart:
 
     url: str
     detail: str | None = None
+    cache_control: CacheControl | None = None
 
 
-ContentPart: TypeAlias = TextPart | ImagePart
+@dataclass(slots=True, frozen=True)
+class ThinkingPart:
+    """A block of Anthropic extended thinking, as the model wrote it, with the signature that lets
+    the provider check it was not changed. An assistant turn sends it back byte for byte."""
+
+    thinking: str
+    signature: str
+
+
+@dataclass(slots=True, frozen=True)
+class RedactedThinkingPart:
+    """A thinking block the provider encrypted (``redacted_thinking``): opaque ``data``, sent back as is."""
+
+    data: str
+
+
+ThinkingBlock: TypeAlias = ThinkingPart | RedactedThinkingPart
+
+ContentPart: TypeAlias = TextPart | ImagePart | ThinkingPart | RedactedThinkingPart
+"""Thinking parts appear only in assistant messages, and only a front end whose alias routes are
+all Anthropic-format puts them there."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -72,6 +116,8 @@ class ToolCall:
     name: str
     arguments: str
     """The JSON arguments exactly as the model produced them (a string, never re-serialized)."""
+    cache_control: CacheControl | None = None
+    """A breakpoint on the request's ``tool_use`` block; never set on a response's calls."""
 
 
 @dataclass(slots=True)
@@ -81,6 +127,9 @@ class Message:
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    cache_control: CacheControl | None = None
+    """For a ``tool`` message, the breakpoint on the ``tool_result`` block it becomes (its parts
+    and an assistant's tool calls carry their own)."""
 
     def text(self) -> str:
         """The message's text, with image parts left out."""
@@ -97,6 +146,7 @@ class ToolDefinition:
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    cache_control: CacheControl | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -132,6 +182,13 @@ class CanonicalRequest:
     metadata: dict[str, str] | None = None
     extensions: dict[str, Any] = field(default_factory=dict)
     """Allowlisted pass-through fields, forwarded only to formats that accept them."""
+    thinking_budget: int | None = None
+    """Anthropic extended thinking's ``budget_tokens``; ``None``: no thinking. Only a front end
+    whose alias routes are all Anthropic-format sets it."""
+    anthropic_beta: tuple[str, ...] = ()
+    """The ``anthropic-beta`` features the client asked for, already checked against every route of
+    the alias; the Anthropic codec sends them upstream, and only ones that need nothing from the
+    provider reach an alias with other formats."""
 
 
 class UsageEvidence(enum.Enum):
@@ -142,6 +199,11 @@ class UsageEvidence(enum.Enum):
 
 @dataclass(slots=True)
 class Usage:
+    """``prompt_tokens`` counts every prompt token: those read from the provider's prompt cache
+    (``cached_prompt_tokens``) and written to it (``cache_creation_tokens``) included, as OpenAI
+    counts them (Anthropic's ``input_tokens`` leaves both out; its codec adds them back).
+    ``completion_tokens`` includes ``reasoning_tokens``."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_prompt_tokens: int = 0
@@ -162,6 +224,9 @@ class CanonicalResponse:
     usage: Usage | None
     provider_response_id: str | None = None
     refusal: str | None = None
+    thinking: list[ThinkingBlock] | None = None
+    """Extended thinking blocks, in the order the model wrote them (before its text and calls).
+    Only the Anthropic Messages client format shows them; the others leave them out."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -188,6 +253,25 @@ class ToolCallDelta:
 
 
 @dataclass(slots=True, frozen=True)
+class ThinkingDelta:
+    """A piece of one extended thinking block. ``index`` is the block's ordinal among this
+    response's thinking blocks (redacted ones included); its first delta opens it, possibly empty.
+    ``signature`` comes once, after the thinking text."""
+
+    index: int
+    thinking: str = ""
+    signature: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class RedactedThinking:
+    """One whole redacted thinking block; ``index`` counts as in :class:`ThinkingDelta`."""
+
+    index: int
+    data: str
+
+
+@dataclass(slots=True, frozen=True)
 class StreamFinish:
     reason: FinishReason
 
@@ -206,10 +290,21 @@ class SkippedEvent:
 SKIPPED = SkippedEvent()
 """The one instance: reporting a skipped event allocates nothing."""
 
-StreamEvent: TypeAlias = StreamStart | TextDelta | ToolCallDelta | StreamFinish | StreamUsage | SkippedEvent
+StreamEvent: TypeAlias = (
+    StreamStart
+    | TextDelta
+    | ToolCallDelta
+    | ThinkingDelta
+    | RedactedThinking
+    | StreamFinish
+    | StreamUsage
+    | SkippedEvent
+)
 
-SEMANTIC_EVENTS = (TextDelta, ToolCallDelta)
-"""Once one of these has reached the client, the request may no longer move to another target."""
+SEMANTIC_EVENTS = (TextDelta, ToolCallDelta, ThinkingDelta, RedactedThinking)
+"""Once one of these has reached the client, the request may no longer move to another target.
+Thinking counts: an Anthropic Messages client is shown it as it comes, and another route would
+think (and sign) differently."""
 
 
 @dataclass(slots=True)

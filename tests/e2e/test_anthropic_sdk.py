@@ -7,7 +7,10 @@ canonical types), so each case runs over both.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import pytest
@@ -123,14 +126,16 @@ def test_errors_come_in_anthropics_envelope_with_the_matching_status(gateway: Ga
         )
     with pytest.raises(anthropic.BadRequestError) as bad:
         client.messages.create(
-            model="chat-claude-v1",
+            model="chat-fast-v1",  # an OpenAI-format route cannot write a cache breakpoint
             max_tokens=8,
             messages=[
                 {"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}]}
             ],
         )
     assert bad.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
-    assert "cache_control" in bad.value.body["error"]["message"]  # type: ignore[index]
+    assert bad.value.body["error"]["message"].startswith(  # type: ignore[index]
+        "'messages[0].content[0].cache_control' is not supported by model 'chat-fast-v1'"
+    )
 
 
 def test_the_chat_completions_surface_still_serves_the_same_aliases(gateway: Gateway) -> None:
@@ -164,4 +169,128 @@ def test_a_key_in_both_x_api_key_and_authorization_is_refused(gateway: Gateway) 
     beta = httpx.post(
         gateway.base_url + "/messages", json=body, headers={"x-api-key": key, "anthropic-beta": "x-2025"}, timeout=10
     )
-    assert beta.status_code == 400 and "anthropic-beta" in beta.json()["error"]["message"]
+    assert beta.status_code == 400
+    assert beta.json()["error"]["message"].startswith("The anthropic-beta 'x-2025' is not supported by this gateway")
+
+
+@pytest.mark.parametrize(
+    ("alias", "beta", "status"),
+    [
+        ("chat-claude-v1", "context-1m-2025-08-07", 200),
+        ("chat-claude-v1", "prompt-caching-2024-07-31,fine-grained-tool-streaming-2025-05-14", 200),
+        ("chat-fast-v1", "prompt-caching-2024-07-31", 200),
+        ("chat-fast-v1", "context-1m-2025-08-07", 400),
+        ("chat-fallback-v1", "interleaved-thinking-2025-05-14", 400),
+    ],
+)
+def test_known_betas_pass_where_every_route_can_honour_them(
+    gateway: Gateway, alias: str, beta: str, status: int
+) -> None:
+    client = _client(gateway)
+    call = functools.partial(
+        client.messages.create,
+        model=alias,
+        max_tokens=16,
+        messages=[{"role": "user", "content": "beta please"}],
+        extra_headers={"anthropic-beta": beta},
+    )
+    if status == 200:
+        assert "beta please" in "".join(b.text for b in call().content if b.type == "text")
+        return
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        call()
+    assert bad.value.body["error"]["message"] == (  # type: ignore[index]
+        f"The anthropic-beta '{beta}' is not supported by model '{alias}'."
+    )
+
+
+# Prompt caching and extended thinking, served by the Anthropic-format mock (docs/mock-provider.md):
+# the mock reads the prompt up to the second-to-last cache breakpoint from its "cache" and writes
+# the rest up to the last one, and signs its thinking with a digest of the text.
+
+POLICY = "Policy. " * 50  # 400 characters: 100 tokens read from the cache
+CONTEXT = "Context. " * 8  # 72 more characters up to the second breakpoint: 118 - 100 = 18 tokens written
+CACHED_TURN: list[Any] = [
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": CONTEXT, "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "say hi"},
+        ],
+    }
+]
+CACHED_SYSTEM: list[Any] = [{"type": "text", "text": POLICY, "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_prompt_caching_reports_cache_reads_and_writes(gateway: Gateway, stream: bool) -> None:
+    client = _client(gateway)
+    kwargs: dict[str, Any] = {"model": "chat-claude-v1", "max_tokens": 64, "system": CACHED_SYSTEM}
+    if stream:
+        with client.messages.stream(**kwargs, messages=CACHED_TURN) as s:
+            message = s.get_final_message()
+    else:
+        message = client.messages.create(**kwargs, messages=CACHED_TURN)
+    # the prompt is ceil((400 + 72 + 1 + 6) / 4) = 120 tokens: 100 read, 18 written, 2 neither
+    assert (message.usage.cache_read_input_tokens, message.usage.cache_creation_input_tokens) == (100, 18)
+    assert message.usage.input_tokens == 2
+    assert message.usage.output_tokens == 13  # "Mock reply #10:" and the echo's 10 words
+    assert message.content[0].type == "text" and message.content[0].text.endswith("Context. say hi")
+
+
+THINKING: Any = {"type": "enabled", "budget_tokens": 1024}
+THOUGHT = "Mock thinking about: what is the capital of France?"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_extended_thinking_round_trips_with_its_signature(gateway: Gateway, stream: bool) -> None:
+    client = _client(gateway)
+    question = [{"role": "user", "content": "what is the capital of France?"}]
+    kwargs: dict[str, Any] = {"model": "chat-claude-v1", "max_tokens": 2048, "thinking": THINKING}
+    if stream:
+        with client.messages.stream(**kwargs, messages=question) as s:
+            thinking = "".join(e.thinking for e in s if e.type == "thinking")
+            first = s.get_final_message()
+        assert thinking == THOUGHT
+    else:
+        first = client.messages.create(**kwargs, messages=question)
+    assert [b.type for b in first.content] == ["thinking", "text"]
+    block = first.content[0]
+    assert block.type == "thinking" and block.thinking == THOUGHT
+    assert block.signature == "mock-signature-" + hashlib.sha256(THOUGHT.encode()).hexdigest()[:32]
+    assert first.usage.output_tokens == 9 + 9  # the reply's words and the thinking's
+    # The mock refuses a thinking block whose signature does not match its text: this passes only
+    # if the gateway sent the block back exactly as it was given.
+    second = client.messages.create(
+        **kwargs,
+        messages=[
+            *question,
+            {"role": "assistant", "content": first.content},
+            {"role": "user", "content": "and Spain?"},
+        ],  # type: ignore[list-item]
+    )
+    assert [b.type for b in second.content] == ["thinking", "text"]
+    assert second.content[1].type == "text" and second.content[1].text == "Mock reply #2: and Spain?"
+
+
+def test_thinking_is_refused_on_an_alias_that_may_fall_back_to_another_format(gateway: Gateway) -> None:
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        _client(gateway).messages.create(
+            model="chat-fallback-v1",
+            max_tokens=2048,
+            thinking=THINKING,
+            messages=[{"role": "user", "content": "x"}],
+        )
+    assert bad.value.body["error"]["message"] == "'thinking' is not supported by model 'chat-fallback-v1'."  # type: ignore[index]
+
+
+def test_chat_completions_clients_do_not_see_anthropic_cache_fields(gateway: Gateway) -> None:
+    """The same alias over Chat Completions: no thinking, cache reads as OpenAI counts them."""
+    from openai import OpenAI
+
+    with OpenAI(base_url=gateway.base_url, api_key=gateway.keys["team-a"], max_retries=0) as openai_client:
+        reply = openai_client.chat.completions.create(
+            model="chat-claude-v1", messages=[{"role": "user", "content": "plain question"}]
+        )
+    assert reply.choices[0].message.content == "Mock reply #2: plain question"
+    assert reply.usage is not None and reply.usage.prompt_tokens == 4

@@ -27,6 +27,7 @@ from tollway.canonical import (
     ContentPart,
     ImagePart,
     Message,
+    RedactedThinking,
     ResponseFormat,
     SkippedEvent,
     StreamEvent,
@@ -35,6 +36,7 @@ from tollway.canonical import (
     StreamUsage,
     TextDelta,
     TextPart,
+    ThinkingDelta,
     ToolCall,
     ToolCallDelta,
     ToolChoice,
@@ -144,6 +146,10 @@ def event_json(event: StreamEvent) -> dict[str, Any]:
         return {"type": "finish", "reason": event.reason}
     if isinstance(event, SkippedEvent):
         return {"type": "skipped"}
+    if isinstance(event, ThinkingDelta):
+        return {"type": "thinking", **dataclasses.asdict(event)}
+    if isinstance(event, RedactedThinking):
+        return {"type": "redacted_thinking", **dataclasses.asdict(event)}
     assert isinstance(event, StreamUsage)
     return {"type": "usage", "usage": usage_json(event.usage)}
 

@@ -6,22 +6,24 @@ Decoding is ``anthropic_request``, rendering ``anthropic_response``; their docst
 is refused and how each field maps. The Tollway key may come in ``x-api-key``, as Anthropic's SDKs
 send it. ``anthropic-version`` may be absent or any dated version from ``2023-06-01`` on: that
 version fixed the stream events this front end writes and later ones add to them (the official SDK
-sends its own, newer, date); ``2023-01-01``'s older stream format is refused. Any
-``anthropic-beta`` is refused, since a beta changes what a field means and the gateway honours
-none yet.
+sends its own, newer, date); ``2023-01-01``'s older stream format is refused. ``anthropic-beta``
+values must be on the allowlist of ``anthropic_beta``; the body's checks then hold them against
+the alias's routes, and the Anthropic codec sends them on.
 """
 
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 
 import orjson
 
+from tollway.api.anthropic_beta import parse_betas
 from tollway.api.anthropic_request import parse_body, to_canonical
 from tollway.api.anthropic_response import MessageStream, error_body, message_id, render_message
 from tollway.api.errors import error_headers
 from tollway.canonical import CanonicalRequest, CanonicalResponse, estimate_request_tokens
-from tollway.exceptions import GatewayError, InvalidRequest, UnsupportedParameter
+from tollway.exceptions import GatewayError, InvalidRequest
 from tollway.pipeline.frontend import ErrorReply, HeaderGetter, Resolve, ResponseMeta
 
 __all__ = ["ANTHROPIC_MESSAGES", "ANTHROPIC_VERSION", "AnthropicMessages", "count_tokens"]
@@ -32,8 +34,23 @@ ANTHROPIC_VERSION = "2023-06-01"
 _VERSION = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
+_BETAS: ContextVar[tuple[str, ...]] = ContextVar("tollway_anthropic_beta", default=())
+"""The betas :meth:`AnthropicMessages.check_headers` accepted, for the ``decode`` of the same request.
+
+The pipeline hands ``check_headers`` the headers and ``decode`` only the body, and both run in the
+request's own task, so a context variable carries the one to the other without a shared field.
+``decode`` takes the value (and clears it), so nothing outlives its request."""
+
+
 def _supported_version(value: str) -> bool:
     return _VERSION.fullmatch(value) is not None and value >= ANTHROPIC_VERSION
+
+
+def _take_betas() -> tuple[str, ...]:
+    betas = _BETAS.get()
+    if betas:
+        _BETAS.set(())
+    return betas
 
 
 class AnthropicMessages:
@@ -46,14 +63,13 @@ class AnthropicMessages:
                 f"'anthropic-version' must be a date from {ANTHROPIC_VERSION} on (YYYY-MM-DD).",
                 param="anthropic-version",
             )
-        if any(v.strip() for v in headers.getlist("anthropic-beta")):
-            raise UnsupportedParameter(
-                "The 'anthropic-beta' header is not supported yet by this gateway.", param="anthropic-beta"
-            )
+        values = headers.getlist("anthropic-beta")
+        _BETAS.set(parse_betas(values) if values else ())
 
     def decode(self, raw: bytes, resolve: Resolve) -> CanonicalRequest:
+        betas = _take_betas()
         env = parse_body(raw)
-        return to_canonical(env, resolve(env.model, env.stream))
+        return to_canonical(env, resolve(env.model, env.stream), betas=betas)
 
     def encode_response(self, meta: ResponseMeta, resp: CanonicalResponse, req: CanonicalRequest) -> bytes:
         return render_message(message_id(meta.request_id), meta.model, resp)
@@ -75,6 +91,7 @@ def count_tokens(raw: bytes, resolve: Resolve) -> bytes:
     a message would take, checked against the same alias, with ``max_tokens`` optional. ``n`` is
     the gateway's local estimate (about four characters a token), the same figure the alias's
     input bound and the budget reservation use, not a provider's tokenizer count."""
+    betas = _take_betas()
     env = parse_body(raw)
-    req = to_canonical(env, resolve(env.model, False), counting=True)
+    req = to_canonical(env, resolve(env.model, False), counting=True, betas=betas)
     return orjson.dumps({"input_tokens": estimate_request_tokens(req)})

@@ -12,23 +12,36 @@ How the Anthropic shape lands in the canonical one (which is shaped after OpenAI
   they were split and each provider codec joins them its own way.
 - A user turn's blocks are walked in order: each ``tool_result`` becomes a ``tool`` message and
   each run of text and image blocks between them a ``user`` message, so order is preserved.
-- An assistant turn becomes one ``assistant`` message: its text blocks as content, its
-  ``tool_use`` blocks as tool calls (arguments re-serialized from ``input``). Canonical messages
-  keep content before tool calls, so text written after a ``tool_use`` block moves before it.
+- An assistant turn becomes one ``assistant`` message: its thinking and text blocks as content,
+  in order, its ``tool_use`` blocks as tool calls (arguments re-serialized from ``input``).
+  Canonical messages keep content before tool calls, so a block written after a ``tool_use``
+  block moves before it.
 - A single text part collapses to a plain string everywhere (system, user, assistant, tool
-  result); several stay a list of parts.
+  result) unless it carries a cache breakpoint; several stay a list of parts.
+- ``cache_control`` on a system, text, image, ``tool_use`` or ``tool_result`` block or a tool is
+  kept on the canonical part, call, tool message or tool definition it becomes (at most four, as
+  Anthropic allows). It is a hint that changes nothing in the answer, and OpenAI-format routes
+  cannot write it: on an alias with such a route it is refused (400 naming its path) under
+  ``unsupportedParameterPolicy: reject``, the default, and kept under ``ignore``, where the
+  Anthropic routes write it and the others leave it out (OpenAI caches prefixes by itself).
+- ``thinking`` (``enabled`` with ``budget_tokens`` of at least 1024 and below ``max_tokens``, which
+  the ``interleaved-thinking`` beta lifts; or ``disabled``) and assistant ``thinking`` and
+  ``redacted_thinking`` blocks, kept whole with their signatures, need every route of the alias
+  to be Anthropic-format: they change the answer, and another format cannot send them back.
 - ``tool_result`` with ``is_error: true`` is refused: the canonical tool message has no error
   flag, and writing one into the text would change what the model reads. The client can send
   the failure as the result's text instead.
-- ``thinking`` (unless ``{"type": "disabled"}``), ``cache_control`` anywhere, ``citations``,
-  ``document``/``search_result``/``thinking``/``redacted_thinking`` blocks, server tools,
-  ``service_tier``, ``container``, ``mcp_servers`` and ``context_management`` are refused.
+- ``citations``, ``document``/``search_result`` blocks, server tools, ``service_tier``,
+  ``container``, ``mcp_servers``, ``context_management`` and a top-level ``cache_control`` are
+  refused.
 - Unknown top-level fields are refused, even ones the alias allowlists: ``allowedParameters``
   name OpenAI fields, which only OpenAI-format routes forward, and an Anthropic body's field of
   the same name is not the same thing. The alias's ``rejectUnknownParameters: false`` does not
-  apply either: fields the gateway would drop are Anthropic features the client expects to work.
-- An alias with an OpenAI-format route cannot take ``top_k``, more than four stop sequences, or
-  an image inside a tool result: a fallback may land on that route, so they are refused up front.
+  apply to them either: fields the gateway would drop are Anthropic features the client expects
+  to work.
+- An alias with an OpenAI-format route cannot take ``top_k``, more than four stop sequences, an
+  image inside a tool result, or a beta that needs the provider: a fallback may land on that
+  route, so they are refused up front.
 """
 
 from __future__ import annotations
@@ -37,21 +50,25 @@ from typing import Any, Literal
 
 import orjson
 
+from tollway.api.anthropic_beta import INTERLEAVED_THINKING, provider_betas
 from tollway.api.envelope import MAX_NAME as _MAX_NAME
 from tollway.api.envelope import ParsedEnvelope, parse_body
 from tollway.api.envelope import bad as _bad
-from tollway.api.envelope import collapse as _collapse
 from tollway.api.envelope import number as _number
 from tollway.api.envelope import object_type as _block_type
 from tollway.api.envelope import require as _require
 from tollway.api.envelope import shown as _shown
 from tollway.api.image_urls import image_url_error
 from tollway.canonical import (
+    EPHEMERAL,
+    CacheControl,
     CanonicalRequest,
     ContentPart,
     ImagePart,
     Message,
+    RedactedThinkingPart,
     TextPart,
+    ThinkingPart,
     ToolCall,
     ToolChoice,
     ToolDefinition,
@@ -81,24 +98,81 @@ _PROFILE = frozenset(
 )
 _NOT_YET = frozenset({"cache_control", "container", "mcp_servers", "context_management"})
 """Anthropic fields the canonical request cannot carry yet: refused with a message that says so."""
-_NOT_YET_KEYS = frozenset({"cache_control", "citations"})
+_NOT_YET_KEYS = frozenset({"citations"})
 _OPENAI_FORMAT = "openai-chat-completions"
 _IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 _MAX_MESSAGES = 4096
 _MAX_TOOLS = 128
 _MAX_STOP = 16
 _MAX_OPENAI_STOP = 4
+_MAX_BREAKPOINTS = 4
+"""Anthropic's limit of ``cache_control`` blocks per request."""
+_CACHE_TTLS = frozenset({"5m", "1h"})
+_MIN_THINKING_BUDGET = 1024
 
-_TEXT_KEYS = frozenset({"type", "text"})
-_IMAGE_KEYS = frozenset({"type", "source"})
-_TOOL_USE_KEYS = frozenset({"type", "id", "name", "input"})
-_TOOL_RESULT_KEYS = frozenset({"type", "tool_use_id", "content", "is_error"})
+_TEXT_KEYS = frozenset({"type", "text", "cache_control"})
+_IMAGE_KEYS = frozenset({"type", "source", "cache_control"})
+_TOOL_USE_KEYS = frozenset({"type", "id", "name", "input", "cache_control"})
+_TOOL_RESULT_KEYS = frozenset({"type", "tool_use_id", "content", "is_error", "cache_control"})
+_THINKING_KEYS = frozenset({"type", "thinking", "signature"})
+_REDACTED_KEYS = frozenset({"type", "data"})
 _MESSAGE_KEYS = frozenset({"role", "content"})
-_TOOL_KEYS = frozenset({"type", "name", "description", "input_schema"})
+_TOOL_KEYS = frozenset({"type", "name", "description", "input_schema", "cache_control"})
+_CACHE_KEYS = frozenset({"type", "ttl"})
+
+
+class _Checks:
+    """One request's view of its alias while it is checked: whether a route is OpenAI-format
+    (worked out at most once, and only if a field asks), and the cache breakpoints counted so far."""
+
+    __slots__ = ("_mixed", "breakpoints", "plan")
+
+    def __init__(self, plan: AliasPlan) -> None:
+        self.plan = plan
+        self._mixed: bool | None = None
+        self.breakpoints = 0
+
+    @property
+    def mixed(self) -> bool:
+        """A route of the alias is OpenAI-format, so a fallback may cross formats."""
+        if self._mixed is None:
+            self._mixed = _OPENAI_FORMAT in self.plan.formats
+        return self._mixed
+
+    def unsupported(self, param: str, what: str | None = None, why: str = "") -> UnsupportedParameter:
+        subject = what or f"'{param}'"
+        return UnsupportedParameter(f"{subject} is not supported by model '{self.plan.name}'{why}.", param=param)
 
 
 def _not_yet(param: str) -> UnsupportedParameter:
     return UnsupportedParameter(f"'{param}' is not supported yet by this gateway.", param=param)
+
+
+def _cache(obj: dict[str, Any], where: str, checks: _Checks) -> CacheControl | None:
+    """The block's or tool's cache breakpoint, if it has one (see the module docstring for policy)."""
+    raw = obj.get("cache_control")
+    if raw is None:
+        return None
+    at = f"{where}.cache_control"
+    if not isinstance(raw, dict) or raw.get("type") != "ephemeral":
+        raise _bad(f"{at} must be an object of type 'ephemeral'.", at)
+    _check_keys(raw, _CACHE_KEYS, at)
+    ttl = raw.get("ttl")
+    if ttl is not None and ttl not in _CACHE_TTLS:
+        raise _bad(f"{at}.ttl must be '5m' or '1h'.", f"{at}.ttl")
+    if checks.plan.reject_unknown_parameters and checks.mixed:
+        raise checks.unsupported(at, why=", which may be served by a route that cannot write cache breakpoints")
+    checks.breakpoints += 1
+    if checks.breakpoints > _MAX_BREAKPOINTS:
+        raise _bad(f"A request may carry at most {_MAX_BREAKPOINTS} cache_control breakpoints.", at)
+    return EPHEMERAL if ttl is None else CacheControl(ttl)
+
+
+def _joined(parts: list[ContentPart]) -> str | list[ContentPart]:
+    """A single text part without a breakpoint as a plain string; anything else stays a list."""
+    if len(parts) == 1 and type(parts[0]) is TextPart and parts[0].cache_control is None:
+        return parts[0].text
+    return parts
 
 
 def _check_keys(obj: dict[str, Any], allowed: frozenset[str], where: str) -> None:
@@ -121,15 +195,16 @@ def _unsupported_block(kind: str, where: str) -> UnsupportedParameter:
     )
 
 
-def _text(block: dict[str, Any], where: str) -> TextPart:
+def _text(block: dict[str, Any], where: str, checks: _Checks) -> TextPart:
     _check_keys(block, _TEXT_KEYS, where)
     text = block.get("text")
     if not isinstance(text, str):
         raise _bad(f"{where}.text must be a string.", f"{where}.text")
-    return TextPart(text)
+    return TextPart(text, _cache(block, where, checks)) if "cache_control" in block else TextPart(text)
 
 
-def _image(block: dict[str, Any], where: str, plan: AliasPlan) -> ImagePart:
+def _image(block: dict[str, Any], where: str, checks: _Checks) -> ImagePart:
+    plan = checks.plan
     _require(plan, "vision", where)
     _check_keys(block, _IMAGE_KEYS, where)
     source = block.get("source")
@@ -158,10 +233,29 @@ def _image(block: dict[str, Any], where: str, plan: AliasPlan) -> ImagePart:
     reason = image_url_error(url, plan.image_url_policy)
     if reason is not None:
         raise _bad(f"{at}.url {reason}.", f"{at}.url")
-    return ImagePart(url)
+    return ImagePart(url, cache_control=_cache(block, where, checks))
 
 
-def _tool_result(block: dict[str, Any], where: str, plan: AliasPlan) -> Message:
+def _thinking_block(block: dict[str, Any], kind: str, where: str, checks: _Checks) -> ContentPart:
+    """A thinking or redacted thinking block of an assistant turn, kept whole to go back unchanged."""
+    if checks.mixed:
+        raise checks.unsupported(where, f"A {kind} block ('{where}')")
+    if kind == "redacted_thinking":
+        _check_keys(block, _REDACTED_KEYS, where)
+        data = block.get("data")
+        if not isinstance(data, str) or not data:
+            raise _bad(f"{where}.data must be a non-empty string.", f"{where}.data")
+        return RedactedThinkingPart(data)
+    _check_keys(block, _THINKING_KEYS, where)
+    thinking, signature = block.get("thinking"), block.get("signature")
+    if not isinstance(thinking, str):
+        raise _bad(f"{where}.thinking must be a string.", f"{where}.thinking")
+    if not isinstance(signature, str) or not signature:
+        raise _bad(f"{where}.signature must be a non-empty string.", f"{where}.signature")
+    return ThinkingPart(thinking, signature)
+
+
+def _tool_result(block: dict[str, Any], where: str, checks: _Checks) -> Message:
     _check_keys(block, _TOOL_RESULT_KEYS, where)
     tool_use_id = block.get("tool_use_id")
     if not isinstance(tool_use_id, str) or not tool_use_id:
@@ -174,9 +268,10 @@ def _tool_result(block: dict[str, Any], where: str, plan: AliasPlan) -> Message:
             f"'{where}.is_error' is not supported yet by this gateway; send the failure as the result's text.",
             param=f"{where}.is_error",
         )
+    cache = _cache(block, where, checks)
     content = block.get("content")
     if content is None or isinstance(content, str):
-        return Message("tool", content or "", tool_call_id=tool_use_id)
+        return Message("tool", content or "", tool_call_id=tool_use_id, cache_control=cache)
     if not isinstance(content, list):
         raise _bad(f"{where}.content must be a string or an array of blocks.", f"{where}.content")
     parts: list[ContentPart] = []
@@ -184,19 +279,17 @@ def _tool_result(block: dict[str, Any], where: str, plan: AliasPlan) -> Message:
         at = f"{where}.content[{k}]"
         kind = _block_type(inner, at)
         if kind == "text":
-            parts.append(_text(inner, at))
+            parts.append(_text(inner, at, checks))
         elif kind == "image":
-            if _OPENAI_FORMAT in plan.formats:
-                raise UnsupportedParameter(
-                    f"An image inside a tool result ('{at}') is not supported by model '{plan.name}'.", param=at
-                )
-            parts.append(_image(inner, at, plan))
+            if checks.mixed:
+                raise checks.unsupported(at, f"An image inside a tool result ('{at}')")
+            parts.append(_image(inner, at, checks))
         else:
             raise _unsupported_block(kind, at)
-    return Message("tool", _collapse(parts) if parts else "", tool_call_id=tool_use_id)
+    return Message("tool", _joined(parts) if parts else "", tool_call_id=tool_use_id, cache_control=cache)
 
 
-def _tool_use(block: dict[str, Any], where: str) -> ToolCall:
+def _tool_use(block: dict[str, Any], where: str, checks: _Checks) -> ToolCall:
     _check_keys(block, _TOOL_USE_KEYS, where)
     call_id, name, arguments = block.get("id"), block.get("name"), block.get("input")
     if not isinstance(call_id, str) or not call_id:
@@ -205,51 +298,53 @@ def _tool_use(block: dict[str, Any], where: str) -> ToolCall:
         raise _bad(f"{where}.name must be a non-empty string.", f"{where}.name")
     if not isinstance(arguments, dict):
         raise _bad(f"{where}.input must be an object.", f"{where}.input")
-    return ToolCall(call_id, name, orjson.dumps(arguments).decode())
+    return ToolCall(call_id, name, orjson.dumps(arguments).decode(), _cache(block, where, checks))
 
 
-def _user_turn(content: list[Any], i: int, plan: AliasPlan) -> list[Message]:
+def _user_turn(content: list[Any], i: int, checks: _Checks) -> list[Message]:
     out: list[Message] = []
     pending: list[ContentPart] = []
     for j, block in enumerate(content):
         where = f"messages[{i}].content[{j}]"
         kind = _block_type(block, where)
         if kind == "text":
-            pending.append(_text(block, where))
+            pending.append(_text(block, where, checks))
         elif kind == "image":
-            pending.append(_image(block, where, plan))
+            pending.append(_image(block, where, checks))
         elif kind == "tool_result":
             if pending:
-                out.append(Message("user", _collapse(pending)))
+                out.append(Message("user", _joined(pending)))
                 pending = []
-            out.append(_tool_result(block, where, plan))
-        elif kind == "tool_use":
-            raise _bad(f"{where}: tool_use blocks are only allowed in assistant messages.", f"{where}.type")
+            out.append(_tool_result(block, where, checks))
+        elif kind in ("tool_use", "thinking", "redacted_thinking"):
+            raise _bad(f"{where}: {kind} blocks are only allowed in assistant messages.", f"{where}.type")
         else:
             raise _unsupported_block(kind, where)
     if pending:
-        out.append(Message("user", _collapse(pending)))
+        out.append(Message("user", _joined(pending)))
     return out
 
 
-def _assistant_turn(content: list[Any], i: int) -> Message:
-    texts: list[ContentPart] = []
+def _assistant_turn(content: list[Any], i: int, checks: _Checks) -> Message:
+    parts: list[ContentPart] = []
     calls: list[ToolCall] = []
     for j, block in enumerate(content):
         where = f"messages[{i}].content[{j}]"
         kind = _block_type(block, where)
         if kind == "text":
-            texts.append(_text(block, where))
+            parts.append(_text(block, where, checks))
         elif kind == "tool_use":
-            calls.append(_tool_use(block, where))
+            calls.append(_tool_use(block, where, checks))
+        elif kind in ("thinking", "redacted_thinking"):
+            parts.append(_thinking_block(block, kind, where, checks))
         elif kind in ("image", "tool_result"):
             raise _bad(f"{where}: {kind} blocks are only allowed in user messages.", f"{where}.type")
         else:
             raise _unsupported_block(kind, where)
-    return Message("assistant", _collapse(texts) if texts else None, tool_calls=calls or None)
+    return Message("assistant", _joined(parts) if parts else None, tool_calls=calls or None)
 
 
-def _messages(raw: Any, plan: AliasPlan) -> list[Message]:
+def _messages(raw: Any, checks: _Checks) -> list[Message]:
     if not isinstance(raw, list) or not raw or len(raw) > _MAX_MESSAGES:
         raise _bad(f"'messages' must be a non-empty array of at most {_MAX_MESSAGES} messages.", "messages")
     out: list[Message] = []
@@ -266,13 +361,13 @@ def _messages(raw: Any, plan: AliasPlan) -> list[Message]:
         elif not isinstance(content, list) or not content:
             raise _bad(f"{where}.content must be a string or a non-empty array of blocks.", f"{where}.content")
         elif role == "user":
-            out.extend(_user_turn(content, i, plan))
+            out.extend(_user_turn(content, i, checks))
         else:
-            out.append(_assistant_turn(content, i))
+            out.append(_assistant_turn(content, i, checks))
     return out
 
 
-def _system(raw: Any) -> Message | None:
+def _system(raw: Any, checks: _Checks) -> Message | None:
     if isinstance(raw, str):
         return Message("system", raw) if raw else None
     if not isinstance(raw, list):
@@ -283,12 +378,12 @@ def _system(raw: Any) -> Message | None:
         kind = _block_type(block, where)
         if kind != "text":
             raise _bad(f"{where} must be a text block.", f"{where}.type")
-        parts.append(_text(block, where))
-    return Message("system", _collapse(parts)) if parts else None
+        parts.append(_text(block, where, checks))
+    return Message("system", _joined(parts)) if parts else None
 
 
-def _tools(raw: Any, plan: AliasPlan) -> list[ToolDefinition]:
-    _require(plan, "tools", "tools")
+def _tools(raw: Any, checks: _Checks) -> list[ToolDefinition]:
+    _require(checks.plan, "tools", "tools")
     if not isinstance(raw, list) or len(raw) > _MAX_TOOLS:
         raise _bad(f"'tools' must be an array of at most {_MAX_TOOLS} tools.", "tools")
     tools = []
@@ -309,7 +404,7 @@ def _tools(raw: Any, plan: AliasPlan) -> list[ToolDefinition]:
             raise _bad(f"{where}.description must be a string.", f"{where}.description")
         if not isinstance(schema, dict):
             raise _bad(f"{where}.input_schema must be an object.", f"{where}.input_schema")
-        tools.append(ToolDefinition(name, desc, schema))
+        tools.append(ToolDefinition(name, desc, schema, cache_control=_cache(tool, where, checks)))
     return tools
 
 
@@ -362,19 +457,19 @@ def _max_tokens(body: dict[str, Any], plan: AliasPlan, required: bool) -> int | 
     return limit
 
 
-def _top_k(body: dict[str, Any], plan: AliasPlan) -> int | None:
+def _top_k(body: dict[str, Any], checks: _Checks) -> int | None:
     top_k = _positive(body, "top_k")
-    if top_k is not None and _OPENAI_FORMAT in plan.formats:
-        raise UnsupportedParameter(f"'top_k' is not supported by model '{plan.name}'.", param="top_k")
+    if top_k is not None and checks.mixed:
+        raise checks.unsupported("top_k")
     return top_k
 
 
-def _stop(raw: Any, plan: AliasPlan) -> list[str] | None:
+def _stop(raw: Any, checks: _Checks) -> list[str] | None:
     if not isinstance(raw, list) or len(raw) > _MAX_STOP or not all(isinstance(s, str) and s for s in raw):
         raise _bad(f"'stop_sequences' must be an array of up to {_MAX_STOP} non-empty strings.", "stop_sequences")
-    if len(raw) > _MAX_OPENAI_STOP and _OPENAI_FORMAT in plan.formats:
+    if len(raw) > _MAX_OPENAI_STOP and checks.mixed:
         raise UnsupportedParameter(
-            f"Model '{plan.name}' takes at most {_MAX_OPENAI_STOP} 'stop_sequences'.", param="stop_sequences"
+            f"Model '{checks.plan.name}' takes at most {_MAX_OPENAI_STOP} 'stop_sequences'.", param="stop_sequences"
         )
     return raw or None
 
@@ -398,54 +493,90 @@ def _refuse_unknown_fields(body: dict[str, Any]) -> None:
         raise UnsupportedParameter(f"Unsupported parameter: '{key[:_MAX_NAME]}'.", param=key[:_MAX_NAME])
 
 
+def _thinking(raw: Any, checks: _Checks, max_tokens: int | None, betas: tuple[str, ...]) -> int | None:
+    """Extended thinking's budget, or ``None`` when it is disabled."""
+    if not isinstance(raw, dict):
+        raise _bad("'thinking' must be an object.", "thinking")
+    kind = raw.get("type")
+    if kind == "disabled":
+        _check_keys(raw, frozenset({"type"}), "thinking")
+        return None
+    if kind != "enabled":
+        raise UnsupportedParameter(
+            f"'thinking.type' {_shown(kind)} is not supported by this gateway; use 'enabled' or 'disabled'.",
+            param="thinking.type",
+        )
+    _check_keys(raw, frozenset({"type", "budget_tokens"}), "thinking")
+    if checks.mixed:
+        raise checks.unsupported("thinking")
+    budget = raw.get("budget_tokens")
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < _MIN_THINKING_BUDGET:
+        raise _bad(
+            f"'thinking.budget_tokens' must be an integer of at least {_MIN_THINKING_BUDGET}.", "thinking.budget_tokens"
+        )
+    if max_tokens is not None and budget >= max_tokens and INTERLEAVED_THINKING not in betas:
+        raise _bad("'thinking.budget_tokens' must be less than 'max_tokens'.", "thinking.budget_tokens")
+    return budget
+
+
+def _betas(betas: tuple[str, ...], checks: _Checks) -> tuple[str, ...]:
+    if betas and checks.mixed:
+        needs = provider_betas(betas)
+        if needs is not None:
+            raise checks.unsupported("anthropic-beta", f"The anthropic-beta '{needs}'")
+    return betas
+
+
 def _refused_options(body: dict[str, Any]) -> None:
-    thinking = body.get("thinking")
-    if thinking is not None:
-        if not isinstance(thinking, dict):
-            raise _bad("'thinking' must be an object.", "thinking")
-        if thinking.get("type") != "disabled":
-            raise _not_yet("thinking")
     if body.get("service_tier") is not None:
         raise UnsupportedParameter("'service_tier' is not supported by this gateway.", param="service_tier")
 
 
-def _apply_tools(req: CanonicalRequest, body: dict[str, Any], plan: AliasPlan) -> None:
+def _apply_tools(req: CanonicalRequest, body: dict[str, Any], checks: _Checks) -> None:
     if body.get("tools") is not None:
-        req.tools = _tools(body["tools"], plan)
+        req.tools = _tools(body["tools"], checks)
     if body.get("tool_choice") is not None:
         if not req.tools:
             raise _bad("'tool_choice' requires 'tools'.", "tool_choice")
         req.tool_choice, req.parallel_tool_calls = _tool_choice(body["tool_choice"], {t.name for t in req.tools})
 
 
-def to_canonical(env: ParsedEnvelope, plan: AliasPlan, *, counting: bool = False) -> CanonicalRequest:
+def to_canonical(
+    env: ParsedEnvelope, plan: AliasPlan, *, counting: bool = False, betas: tuple[str, ...] = ()
+) -> CanonicalRequest:
     """Check ``env`` against the alias's policy and build the canonical request.
 
     ``counting`` is ``count_tokens``: ``max_tokens`` may be absent and the request never streams,
     so ``stream`` has no effect and needs no streaming capability. An Anthropic stream always ends
-    with its usage, so ``include_usage`` follows ``stream``.
+    with its usage, so ``include_usage`` follows ``stream``. ``betas`` are the request's accepted
+    ``anthropic-beta`` values (``anthropic_beta.parse_betas``), checked here against the routes.
     """
     body = env.body
     _refuse_unknown_fields(body)
     _refused_options(body)
+    checks = _Checks(plan)
     stream = env.stream and not counting
     if stream:
         _require(plan, "streaming", "stream")
     max_tokens = _max_tokens(body, plan, required=not counting)
-    system = _system(body["system"]) if body.get("system") is not None else None
-    messages = _messages(body.get("messages"), plan)
+    system = _system(body["system"], checks) if body.get("system") is not None else None
+    messages = _messages(body.get("messages"), checks)
     req = CanonicalRequest(
         messages=[system, *messages] if system is not None else messages,
         max_output_tokens=max_tokens,
         temperature=_number(body, "temperature", 0, 1),
         top_p=_number(body, "top_p", 0, 1),
-        top_k=_top_k(body, plan),
+        top_k=_top_k(body, checks),
         stream=stream,
         include_usage=stream,
     )
     if body.get("stop_sequences") is not None:
-        req.stop = _stop(body["stop_sequences"], plan)
-    _apply_tools(req, body, plan)
+        req.stop = _stop(body["stop_sequences"], checks)
+    _apply_tools(req, body, checks)
     if body.get("metadata") is not None:
         req.user = _user(body["metadata"])
+    if betas:
+        req.anthropic_beta = _betas(betas, checks)
+    if body.get("thinking") is not None:
+        req.thinking_budget = _thinking(body["thinking"], checks, max_tokens, betas)
     return req

@@ -7,7 +7,14 @@ sequence matched (providers' ``stop_sequence`` decodes to it too), so ``stop_seq
 reported and ``stop_sequence`` is always ``null``.
 
 Usage: Anthropic's ``input_tokens`` excludes cached tokens while the canonical prompt count
-includes them, so ``input_tokens`` is the prompt count less cache reads and cache writes.
+includes them, so ``input_tokens`` is the prompt count less cache reads and cache writes, which
+are ``cache_read_input_tokens`` and ``cache_creation_input_tokens``.
+
+Thinking: a buffered message lists its thinking and redacted thinking blocks first, in order,
+then its text and tool use, each thinking block with its signature as the provider gave it, so
+the client can send it back unchanged. A stream opens a ``thinking`` block at each new thinking
+index and sends ``thinking_delta`` and ``signature_delta`` events in it, and a
+``redacted_thinking`` block whole in its ``content_block_start``.
 
 Tool input: Anthropic's ``input`` is an object, the canonical arguments a JSON string as the
 model produced it. Empty arguments are ``{}``; arguments that are not a JSON object (a model cut
@@ -42,9 +49,13 @@ import orjson
 from tollway.canonical import (
     CanonicalResponse,
     FinishReason,
+    RedactedThinking,
+    RedactedThinkingPart,
     StreamEvent,
     StreamFinish,
     TextDelta,
+    ThinkingBlock,
+    ThinkingDelta,
     ToolCallDelta,
     Usage,
 )
@@ -109,8 +120,15 @@ def tool_input(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"_raw": arguments}
 
 
+def _thinking_block(part: ThinkingBlock) -> dict[str, str]:
+    if isinstance(part, RedactedThinkingPart):
+        return {"type": "redacted_thinking", "data": part.data}
+    return {"type": "thinking", "thinking": part.thinking, "signature": part.signature}
+
+
 def render_message(msg_id: str, model: str, resp: CanonicalResponse) -> bytes:
-    content: list[dict[str, Any]] = [{"type": "text", "text": t} for t in (resp.content, resp.refusal) if t]
+    content: list[dict[str, Any]] = [_thinking_block(p) for p in resp.thinking] if resp.thinking else []
+    content.extend({"type": "text", "text": t} for t in (resp.content, resp.refusal) if t)
     content.extend(
         {"type": "tool_use", "id": c.id, "name": c.name, "input": tool_input(c.arguments)}
         for c in resp.tool_calls or ()
@@ -148,6 +166,9 @@ _DELTA_HEAD = b'event: content_block_delta\ndata: {"type":"content_block_delta",
 _TEXT_DELTA = b',"delta":{"type":"text_delta","text":'
 _JSON_DELTA = b',"delta":{"type":"input_json_delta","partial_json":'
 _TEXT_START = b',"content_block":{"type":"text","text":""}}\n\n'
+_THINKING_START = b',"content_block":{"type":"thinking","thinking":"","signature":""}}\n\n'
+_THINKING_DELTA = b',"delta":{"type":"thinking_delta","thinking":'
+_SIGNATURE_DELTA = b',"delta":{"type":"signature_delta","signature":'
 _START_HEAD = b'event: content_block_start\ndata: {"type":"content_block_start","index":'
 _STOP_HEAD = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":'
 
@@ -155,16 +176,17 @@ _STOP_HEAD = b'event: content_block_stop\ndata: {"type":"content_block_stop","in
 class MessageStream:
     """One stream's events, opened by ``message_start`` and a ``ping`` with its first output.
 
-    Content blocks are numbered across text and tool use, as Anthropic numbers them: a text
-    delta after a tool call opens a new text block, a tool call's first delta opens a
-    ``tool_use`` block, and opening a block closes the one before. The finish is held until
+    Content blocks are numbered across thinking, text and tool use, as Anthropic numbers them: a
+    text delta after a tool call opens a new text block, a tool call's first delta opens a
+    ``tool_use`` block, a new thinking index a ``thinking`` (or ``redacted_thinking``) block, and
+    opening a block closes the one before. The finish is held until
     :meth:`end`, which closes the open block and sends ``message_delta`` with the final usage
     (which corrects ``message_start``'s estimated ``input_tokens``) and ``message_stop``. An
     argument fragment for a tool call whose block was already closed (providers that interleave
     parallel calls) is still sent, under that call's own index, where the SDKs accumulate it.
     """
 
-    __slots__ = ("_calls", "_next", "_open", "_open_text", "_reason", "_start")
+    __slots__ = ("_calls", "_next", "_open", "_open_text", "_reason", "_start", "_thinking")
 
     def __init__(self, msg_id: str, model: str, input_tokens: int) -> None:
         message: dict[str, Any] = {
@@ -186,6 +208,8 @@ class MessageStream:
         self._next = 0
         self._calls: dict[int, int] = {}
         """Canonical tool-call index → content block index."""
+        self._thinking: dict[int, int] = {}
+        """Canonical thinking index → content block index."""
         self._reason = "end_turn"
 
     def _prelude(self) -> bytes:
@@ -226,6 +250,29 @@ class MessageStream:
             out += _DELTA_HEAD + str(index).encode() + _JSON_DELTA + orjson.dumps(ev.arguments) + b"}}\n\n"
         return out
 
+    def _think(self, ev: ThinkingDelta) -> bytes:
+        out = self._prelude()
+        index = self._thinking.get(ev.index)
+        if index is None:
+            closed, index = self._open_block()
+            self._thinking[ev.index] = index
+            out += closed + _START_HEAD + str(index).encode() + _THINKING_START
+        if ev.thinking:
+            out += _DELTA_HEAD + str(index).encode() + _THINKING_DELTA + orjson.dumps(ev.thinking) + b"}}\n\n"
+        if ev.signature:
+            out += _DELTA_HEAD + str(index).encode() + _SIGNATURE_DELTA + orjson.dumps(ev.signature) + b"}}\n\n"
+        return out
+
+    def _redacted(self, ev: RedactedThinking) -> bytes:
+        out = self._prelude()
+        if ev.index in self._thinking:
+            return out
+        closed, index = self._open_block()
+        self._thinking[ev.index] = index
+        block = {"type": "redacted_thinking", "data": ev.data}
+        payload = orjson.dumps({"type": "content_block_start", "index": index, "content_block": block})
+        return out + closed + encode_event(b"content_block_start", payload)
+
     def event(self, ev: StreamEvent) -> bytes:
         kind = type(ev)
         if kind is TextDelta:
@@ -233,6 +280,10 @@ class MessageStream:
             return self._text(text) if text else b""
         if kind is ToolCallDelta:
             return self._tool(ev)  # type: ignore[arg-type]
+        if kind is ThinkingDelta:
+            return self._think(ev)  # type: ignore[arg-type]
+        if kind is RedactedThinking:
+            return self._redacted(ev)  # type: ignore[arg-type]
         if kind is StreamFinish:
             self._reason = STOP_REASONS.get(ev.reason, "end_turn")  # type: ignore[union-attr]
         return b""

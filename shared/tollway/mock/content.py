@@ -12,11 +12,16 @@ arguments are instances of the request's schema, built by :mod:`tollway.mock.jso
 Usage is deterministic too: prompt tokens are ``ceil(characters of message text / 4)``,
 completion tokens are the reply's word count (for a tool call, ``ceil(len(name + arguments) / 4)``;
 for a JSON reply, ``ceil(len(json) / 4)``).
+
+Extended thinking (Anthropic's ``thinking``) is ``"Mock thinking about: "`` and the echo's first
+:data:`THINKING_WORDS` words, signed with :func:`thinking_signature`, a digest of the text, so the
+mock can tell a thinking block sent back unchanged from one that was not.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -30,9 +35,11 @@ from tollway.mock.json_instance import instance
 __all__ = [
     "DEFAULT_CHUNKS",
     "ECHO_WORDS",
+    "THINKING_WORDS",
     "JsonFormat",
     "MockRequest",
     "TextReply",
+    "Thinking",
     "ToolReply",
     "ToolSpec",
     "content_text",
@@ -40,12 +47,15 @@ __all__ = [
     "pick_tool",
     "split_text",
     "text_reply",
+    "thinking",
+    "thinking_signature",
     "tool_arguments",
     "tool_reply",
 ]
 
 DEFAULT_CHUNKS = 5
 ECHO_WORDS = 64
+THINKING_WORDS = 8
 MIN_TOOL_FRAGMENTS = 3
 
 _FILLER = (
@@ -83,6 +93,12 @@ class MockRequest:
     max_tokens: int | None = None
     tool: ToolSpec | None = None
     json_format: JsonFormat | None = None
+    thinking: bool = False
+    """Anthropic ``thinking`` is enabled: the answer opens with a thinking block."""
+    cache_read_tokens: int = 0
+    """Prompt tokens the request's cache breakpoints say were read from the prompt cache."""
+    cache_creation_tokens: int = 0
+    """Prompt tokens the request's cache breakpoints say were written to the prompt cache."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -105,6 +121,28 @@ class ToolReply:
     """Compact JSON object."""
     fragments: tuple[str, ...]
     completion_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Thinking:
+    text: str
+    signature: str
+    deltas: tuple[str, ...]
+    tokens: int
+    """Words, counted into the completion tokens."""
+
+
+def thinking_signature(text: str) -> str:
+    """The mock's signature of a thinking block's text: the first 32 hex digits of its SHA-256."""
+    return "mock-signature-" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=1024)
+def thinking(echo: str) -> Thinking:
+    """The thinking block of a request whose last user-side text is ``echo``, in two deltas."""
+    words = ["Mock", "thinking", "about:", *echo.split()[:THINKING_WORDS]]
+    text = " ".join(words)
+    return Thinking(text, thinking_signature(text), split_text(text, 2), len(words))
 
 
 def content_text(content: Any) -> str:

@@ -5,9 +5,15 @@ developer messages become the top-level ``system`` string, tool results become
 ``tool_result`` blocks of a user turn, and consecutive turns of the same role merge because
 Anthropic requires user and assistant turns to alternate.
 
-In a stream, Anthropic numbers content blocks across text and tool use alike; OpenAI's
-tool-call ``index`` (and so the canonical one) counts tool calls only. The stream decoder
-maps one to the other.
+What only Anthropic understands is written where the client put it: a ``cache_control``
+breakpoint on a system, text, image, ``tool_use`` or ``tool_result`` block or a tool (``system``
+is then sent as blocks, one per canonical part, so the breakpoint keeps its place), thinking and
+redacted thinking blocks in assistant turns (unchanged, signature included), ``thinking`` with
+its budget, and the ``anthropic-beta`` header.
+
+In a stream, Anthropic numbers content blocks across text, thinking and tool use alike; OpenAI's
+tool-call ``index`` (and so the canonical one) counts tool calls only, and the canonical thinking
+``index`` counts thinking blocks only. The stream decoder maps one to the other.
 """
 
 from __future__ import annotations
@@ -20,17 +26,24 @@ import orjson
 
 from tollway.canonical import (
     SKIPPED,
+    CacheControl,
     CanonicalRequest,
     CanonicalResponse,
     ContentPart,
     FinishReason,
+    ImagePart,
     Message,
+    RedactedThinking,
+    RedactedThinkingPart,
     StreamEvent,
     StreamFinish,
     StreamStart,
     StreamUsage,
     TextDelta,
     TextPart,
+    ThinkingBlock,
+    ThinkingDelta,
+    ThinkingPart,
     ToolCall,
     ToolCallDelta,
     ToolChoice,
@@ -92,7 +105,9 @@ _ERROR_TYPES: Mapping[str, UpstreamCategory] = {
 class AnthropicMessagesCodec:
     """``POST v1/messages`` relative to a base URL such as ``https://api.anthropic.com``.
 
-    ``req.extensions`` are not forwarded: they are OpenAI-format fields.
+    ``req.extensions`` are not forwarded: they are OpenAI-format fields. The only header a request
+    adds to the fixed ones is ``anthropic-beta``, from the front end's allowlist; the transport
+    adds the base URL and the credential.
     """
 
     format: ClassVar[ProviderFormat] = ProviderFormat.ANTHROPIC_MESSAGES
@@ -124,9 +139,14 @@ class AnthropicMessagesCodec:
             choice = _tool_choice(req.tool_choice, req.parallel_tool_calls)
             if choice is not None:
                 body["tool_choice"] = choice
+        if req.thinking_budget is not None:
+            body["thinking"] = {"type": "enabled", "budget_tokens": req.thinking_budget}
         if req.stream:
             body["stream"] = True
-        return UpstreamRequest(path="v1/messages", body=orjson.dumps(body), headers=_HEADERS, stream=req.stream)
+        headers = _HEADERS
+        if req.anthropic_beta:
+            headers = {**_HEADERS, "anthropic-beta": ",".join(req.anthropic_beta)}
+        return UpstreamRequest(path="v1/messages", body=orjson.dumps(body), headers=headers, stream=req.stream)
 
     def decode_response(self, status: int, body: bytes) -> CanonicalResponse:
         doc = load_object(body, status=status, what="response")
@@ -135,6 +155,7 @@ class AnthropicMessagesCodec:
             raise malformed("response has no content list", status=status)
         texts: list[str] = []
         calls: list[ToolCall] = []
+        thinking: list[ThinkingBlock] = []
         for block in blocks:
             kind = block.get("type") if isinstance(block, dict) else None
             if kind == "text":
@@ -144,6 +165,8 @@ class AnthropicMessagesCodec:
                 texts.append(text)
             elif kind == "tool_use":
                 calls.append(_decode_tool_use(block, status))
+            elif kind == "thinking" or kind == "redacted_thinking":
+                thinking.append(_decode_thinking(block, status))
         stop = doc.get("stop_reason")
         raw_usage = doc.get("usage")
         return CanonicalResponse(
@@ -152,6 +175,7 @@ class AnthropicMessagesCodec:
             finish_reason=_FINISH.get(stop, "stop") if isinstance(stop, str) else "stop",
             usage=_usage(raw_usage) if isinstance(raw_usage, dict) else None,
             provider_response_id=str_or_none(doc.get("id")),
+            thinking=thinking or None,
         )
 
     async def decode_stream(self, events: AsyncIterator[SseEvent]) -> AsyncIterator[StreamEvent]:
@@ -204,15 +228,16 @@ class AnthropicMessagesCodec:
         )
 
 
-def _conversation(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
-    """The ``system`` string and the alternating turns, merging neighbours of the same role."""
-    system: list[str] = []
+def _conversation(messages: list[Message]) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ``system`` prompt and the alternating turns, merging neighbours of the same role.
+
+    ``system`` is one string, its messages joined by blank lines, unless a part carries a cache
+    breakpoint: then it is the text blocks, one per part, so the breakpoint stays where it was."""
+    system: list[Message] = []
     turns: list[dict[str, Any]] = []
     for m in messages:
         if m.role in ("system", "developer"):
-            text = m.text()
-            if text:
-                system.append(text)
+            system.append(m)
             continue
         role = "assistant" if m.role == "assistant" else "user"
         blocks = _blocks(m)
@@ -222,7 +247,25 @@ def _conversation(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": blocks})
-    return "\n\n".join(system), turns
+    if any(isinstance(m.content, list) and _any_cached(m.content) for m in system):
+        return _system_blocks(system), turns
+    return "\n\n".join(text for text in (m.text() for m in system) if text), turns
+
+
+def _any_cached(parts: list[ContentPart]) -> bool:
+    return any(type(p) is TextPart and p.cache_control is not None for p in parts)
+
+
+def _system_blocks(system: list[Message]) -> list[dict[str, Any]]:
+    """Every system message's text as blocks, in order, breakpoints kept (images are left out, as
+    from the string form)."""
+    blocks: list[dict[str, Any]] = []
+    for m in system:
+        if isinstance(m.content, str):
+            blocks.extend(_content_blocks(m.content))
+        elif m.content:
+            blocks.extend(_part(p) for p in m.content if type(p) is TextPart and (p.text or p.cache_control))
+    return blocks
 
 
 def _blocks(m: Message) -> list[dict[str, Any]]:
@@ -230,12 +273,18 @@ def _blocks(m: Message) -> list[dict[str, Any]]:
         if not m.tool_call_id:
             raise InvalidRequest("A tool message needs a tool_call_id.", param="messages")
         content: str | list[dict[str, Any]] = m.text()
-        if isinstance(m.content, list) and any(not isinstance(p, TextPart) for p in m.content):
+        if isinstance(m.content, list) and any(type(p) is not TextPart or p.cache_control for p in m.content):
             content = _content_blocks(m.content)
-        return [{"type": "tool_result", "tool_use_id": m.tool_call_id, "content": content}]
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": content}
+        if m.cache_control is not None:
+            result["cache_control"] = _cache_control(m.cache_control)
+        return [result]
     blocks = _content_blocks(m.content)
     for call in m.tool_calls or ():
-        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call)})
+        block = {"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call)}
+        if call.cache_control is not None:
+            block["cache_control"] = _cache_control(call.cache_control)
+        blocks.append(block)
     return blocks
 
 
@@ -244,21 +293,36 @@ def _content_blocks(content: str | list[ContentPart] | None) -> list[dict[str, A
         return []
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
-    return [_part(p) for p in content if not isinstance(p, TextPart) or p.text]
+    return [_part(p) for p in content if type(p) is not TextPart or p.text or p.cache_control]
+
+
+def _cache_control(cc: CacheControl) -> dict[str, str]:
+    return {"type": "ephemeral"} if cc.ttl is None else {"type": "ephemeral", "ttl": cc.ttl}
 
 
 def _part(part: ContentPart) -> dict[str, Any]:
     if isinstance(part, TextPart):
-        return {"type": "text", "text": part.text}
-    url = part.url
+        out: dict[str, Any] = {"type": "text", "text": part.text}
+    elif isinstance(part, ImagePart):
+        out = {"type": "image", "source": _image_source(part.url)}
+    elif isinstance(part, ThinkingPart):
+        return {"type": "thinking", "thinking": part.thinking, "signature": part.signature}
+    else:
+        return {"type": "redacted_thinking", "data": part.data}
+    if part.cache_control is not None:
+        out["cache_control"] = _cache_control(part.cache_control)
+    return out
+
+
+def _image_source(url: str) -> dict[str, str]:
     if url.startswith("data:"):
         header, comma, data = url[len("data:") :].partition(",")
         media_type, *params = header.split(";")
         if not comma or "base64" not in params or not media_type:
             raise InvalidRequest("An image data URL must be data:<media-type>;base64,<data>.", param="messages")
-        return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+        return {"type": "base64", "media_type": media_type, "data": data}
     if url.startswith(("https://", "http://")):
-        return {"type": "image", "source": {"type": "url", "url": url}}
+        return {"type": "url", "url": url}
     raise InvalidRequest("An image URL must be an http(s) URL or a base64 data URL.", param="messages")
 
 
@@ -281,6 +345,8 @@ def _tool(tool: ToolDefinition) -> dict[str, Any]:
     if tool.description is not None:
         out["description"] = tool.description
     out["input_schema"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
+    if tool.cache_control is not None:
+        out["cache_control"] = _cache_control(tool.cache_control)
     return out
 
 
@@ -305,6 +371,19 @@ def _decode_tool_use(block: Mapping[str, Any], status: int) -> ToolCall:
     return ToolCall(id=call_id, name=name, arguments=orjson.dumps(block.get("input", {})).decode())
 
 
+def _decode_thinking(block: Mapping[str, Any], status: int) -> ThinkingBlock:
+    """A thinking block kept whole, or a redacted one: the client must be able to send it back unchanged."""
+    if block.get("type") == "redacted_thinking":
+        data = block.get("data")
+        if not isinstance(data, str):
+            raise malformed("redacted_thinking block has no data", status=status)
+        return RedactedThinkingPart(data)
+    thinking, signature = block.get("thinking"), block.get("signature")
+    if not isinstance(thinking, str) or not isinstance(signature, str):
+        raise malformed("thinking block lacks a string thinking or signature", status=status)
+    return ThinkingPart(thinking, signature)
+
+
 def _usage(raw: Mapping[str, Any]) -> Usage:
     """Anthropic's ``input_tokens`` excludes cached tokens; the canonical prompt count includes them."""
     cache_read = as_int(raw.get("cache_read_input_tokens"))
@@ -326,9 +405,9 @@ def _stream_error(doc: Mapping[str, Any]) -> UpstreamError:
 
 
 class _StreamState:
-    """What a stream has told so far: usage counters and which content blocks are tool calls."""
+    """What a stream has told so far: usage counters and which content blocks are tool calls or thinking."""
 
-    __slots__ = ("args_seen", "finished", "tools", "usage")
+    __slots__ = ("args_seen", "finished", "thinking", "tools", "usage")
 
     _USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
@@ -338,6 +417,8 @@ class _StreamState:
         self.tools: dict[int, int] = {}
         """Content block index → tool-call ordinal."""
         self.args_seen: set[int] = set()
+        self.thinking: dict[int, int] = {}
+        """Content block index → thinking block ordinal (redacted ones included)."""
         self.finished = False
         """``message_delta`` gave the stop reason: the answer is complete even without ``message_stop``."""
 
@@ -382,6 +463,8 @@ class _StreamState:
         if kind == "text":
             text = block.get("text")
             return [TextDelta(text)] if isinstance(text, str) and text else []
+        if kind == "thinking" or kind == "redacted_thinking":
+            return [self._thinking_start(index, block)]
         if kind != "tool_use":
             return []
         call_id, name = block.get("id"), block.get("name")
@@ -402,4 +485,25 @@ class _StreamState:
             if isinstance(fragment, str) and fragment:
                 self.args_seen.add(self.tools[index])
                 return [ToolCallDelta(index=self.tools[index], arguments=fragment)]
+        elif kind == "thinking_delta" and index in self.thinking:
+            text = delta.get("thinking")
+            if isinstance(text, str) and text:
+                return [ThinkingDelta(self.thinking[index], thinking=text)]
+        elif kind == "signature_delta" and index in self.thinking:
+            signature = delta.get("signature")
+            if isinstance(signature, str) and signature:
+                return [ThinkingDelta(self.thinking[index], signature=signature)]
         return []
+
+    def _thinking_start(self, index: int, block: Mapping[str, Any]) -> StreamEvent:
+        """The block's first event, even when empty: it opens the block at its place among the others."""
+        ordinal = self.thinking[index] = len(self.thinking)
+        if block.get("type") == "redacted_thinking":
+            data = block.get("data")
+            if not isinstance(data, str):
+                raise malformed("redacted_thinking block has no data")
+            return RedactedThinking(ordinal, data)
+        thinking, signature = block.get("thinking"), block.get("signature")
+        return ThinkingDelta(
+            ordinal, thinking if isinstance(thinking, str) else "", signature if isinstance(signature, str) else ""
+        )

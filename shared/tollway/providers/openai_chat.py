@@ -23,6 +23,7 @@ from tollway.canonical import (
     CanonicalResponse,
     ContentPart,
     FinishReason,
+    ImagePart,
     Message,
     ResponseFormat,
     StreamEvent,
@@ -99,8 +100,15 @@ class OpenAIChatCodec:
     format: ClassVar[ProviderFormat] = ProviderFormat.OPENAI_CHAT
 
     def encode_request(self, req: CanonicalRequest, target: Target) -> UpstreamRequest:
-        if req.top_k is not None:  # front ends refuse it for such an alias; never drop it silently
+        """Front ends refuse what this format cannot carry for an alias with such a route, so
+        ``top_k`` and ``thinking`` here are refused, never dropped. Cache breakpoints are not
+        written: a front end lets them reach this codec only under the alias's ``ignore`` policy
+        (they are hints; OpenAI caches prompt prefixes by itself), and ``anthropic_beta`` only
+        holds betas that need nothing from the provider."""
+        if req.top_k is not None:
             raise UnsupportedParameter("'top_k' is not supported by this model.", param="top_k")
+        if req.thinking_budget is not None:
+            raise UnsupportedParameter("'thinking' is not supported by this model.", param="thinking")
         body: dict[str, Any] = {"model": target.model, "messages": [_message(m) for m in req.messages]}
         optional: dict[str, Any] = {
             "max_tokens": req.max_output_tokens,
@@ -209,6 +217,8 @@ def _message(m: Message) -> dict[str, Any]:
 def _part(part: ContentPart) -> dict[str, Any]:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text}
+    if not isinstance(part, ImagePart):
+        raise UnsupportedParameter("Thinking blocks are not supported by this model.", param="messages")
     image: dict[str, Any] = {"url": part.url}
     if part.detail is not None:
         image["detail"] = part.detail

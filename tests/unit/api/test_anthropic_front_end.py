@@ -3,6 +3,7 @@ streams and errors back into Anthropic's shapes (checked against the official SD
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, cast
 
 import anthropic
@@ -15,17 +16,22 @@ from hypothesis import strategies as st
 from tollway.api.anthropic_messages import ANTHROPIC_MESSAGES, count_tokens
 from tollway.api.anthropic_response import MessageStream
 from tollway.canonical import (
+    CacheControl,
     CanonicalRequest,
     CanonicalResponse,
     FinishReason,
     ImagePart,
     Message,
+    RedactedThinking,
+    RedactedThinkingPart,
     StreamEvent,
     StreamFinish,
     StreamStart,
     StreamUsage,
     TextDelta,
     TextPart,
+    ThinkingDelta,
+    ThinkingPart,
     ToolCall,
     ToolCallDelta,
     ToolChoice,
@@ -315,7 +321,8 @@ def test_sampling_options_stop_sequences_and_user_id_are_carried() -> None:
 
 def test_thinking_disabled_and_null_fields_are_accepted_as_absent() -> None:
     req = decode(body(thinking={"type": "disabled"}, service_tier=None, top_k=None, system=None, container=None))
-    assert req.top_k is None and req.messages == [Message("user", "hi")]
+    assert req.top_k is None and req.messages == [Message("user", "hi")] and req.thinking_budget is None
+    assert decode(body(thinking={"type": "disabled"}), plan(formats=(ANTHROPIC, OPENAI))).thinking_budget is None
 
 
 def test_top_k_is_refused_when_a_route_is_openai_format() -> None:
@@ -338,7 +345,152 @@ def test_an_unknown_field_is_refused_even_when_the_alias_allowlists_it() -> None
     assert isinstance(err, UnsupportedParameter) and err.param == "seed"
 
 
+# Prompt caching, extended thinking and betas.
+
 EPHEMERAL = {"type": "ephemeral"}
+HOUR = {"type": "ephemeral", "ttl": "1h"}
+THINKING = {"type": "enabled", "budget_tokens": 1024}
+SIGNED = {"type": "thinking", "thinking": "The user greets me.", "signature": "EqQBCgIYAhIM1gbcDa9G"}
+REDACTED = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"}
+
+
+def mixed(reject: bool = True) -> AliasPlan:
+    """An alias with an Anthropic-format route and an OpenAI-format fallback."""
+    p = plan(formats=(ANTHROPIC, OPENAI))
+    return p if reject else dataclasses.replace(p, reject_unknown_parameters=False)
+
+
+def test_cache_control_is_kept_where_the_client_put_it() -> None:
+    req = decode(
+        body(
+            system=[text("Policy.", cache_control=EPHEMERAL), text("Today.")],
+            tools=[{**WEATHER, "cache_control": HOUR}],
+            messages=[
+                user(text("weather?"), image_b64(cache_control=EPHEMERAL)),
+                assistant(text("Checking."), {**tool_use("toolu_1", "get_weather", {}), "cache_control": EPHEMERAL}),
+                user(tool_result("toolu_1", "sunny")),
+            ],
+        )
+    )
+    assert req.messages[0] == Message("system", [TextPart("Policy.", CacheControl()), TextPart("Today.")])
+    assert req.messages[1].content == [
+        TextPart("weather?"),
+        ImagePart(f"data:image/png;base64,{PNG}", cache_control=CacheControl()),
+    ]
+    assert req.messages[2].tool_calls == [ToolCall("toolu_1", "get_weather", "{}", CacheControl())]
+    assert req.messages[3] == Message("tool", "sunny", tool_call_id="toolu_1")
+    assert req.tools is not None and req.tools[0].cache_control == CacheControl("1h")
+
+
+def test_a_single_cached_block_stays_a_part_so_its_breakpoint_survives() -> None:
+    req = decode(
+        body(system=[text("Policy.", cache_control=EPHEMERAL)], messages=[user(text("hi", cache_control=HOUR))])
+    )
+    assert req.messages == [
+        Message("system", [TextPart("Policy.", CacheControl())]),
+        Message("user", [TextPart("hi", CacheControl("1h"))]),
+    ]
+
+
+def test_cache_control_on_a_tool_result_and_inside_it_is_kept() -> None:
+    req = decode(
+        body(
+            messages=[
+                user(
+                    tool_result("a", "sunny", cache_control=EPHEMERAL),
+                    tool_result("b", [text("21 C", cache_control=EPHEMERAL)]),
+                )
+            ]
+        )
+    )
+    assert req.messages == [
+        Message("tool", "sunny", tool_call_id="a", cache_control=CacheControl()),
+        Message("tool", [TextPart("21 C", CacheControl())], tool_call_id="b"),
+    ]
+
+
+def test_four_breakpoints_are_allowed() -> None:
+    req = decode(body(system=[text(str(i), cache_control=EPHEMERAL) for i in range(4)]))
+    assert req.messages[0].content == [TextPart(str(i), CacheControl()) for i in range(4)]
+
+
+@pytest.mark.parametrize(
+    ("patch", "param"),
+    [
+        ({"system": [text("x", cache_control=EPHEMERAL)]}, "system[0].cache_control"),
+        ({"tools": [{**WEATHER, "cache_control": EPHEMERAL}]}, "tools[0].cache_control"),
+        ({"messages": [user(text("x"), text("y", cache_control=EPHEMERAL))]}, "messages[0].content[1].cache_control"),
+        ({"messages": [user(tool_result("a", "x", cache_control=EPHEMERAL))]}, "messages[0].content[0].cache_control"),
+    ],
+    ids=["system", "tool", "text", "tool-result"],
+)
+def test_cache_control_on_an_alias_with_an_openai_route_is_refused_under_reject(
+    patch: dict[str, Any], param: str
+) -> None:
+    err = refused(body(**patch), mixed())
+    assert type(err) is UnsupportedParameter and err.param == param
+    assert err.message == (
+        f"'{param}' is not supported by model '{ALIAS}', which may be served by a route that cannot write cache "
+        "breakpoints."
+    )
+
+
+def test_cache_control_on_an_alias_with_an_openai_route_is_kept_under_ignore() -> None:
+    req = decode(body(system=[text("Policy.", cache_control=EPHEMERAL)]), mixed(reject=False))
+    assert req.messages[0] == Message("system", [TextPart("Policy.", CacheControl())])
+
+
+def test_thinking_enabled_carries_its_budget() -> None:
+    assert decode(body(max_tokens=2048, thinking=THINKING)).thinking_budget == 1024
+
+
+def test_thinking_is_refused_on_an_alias_with_an_openai_route_whatever_the_policy() -> None:
+    for p in (mixed(), mixed(reject=False)):
+        err = refused(body(max_tokens=2048, thinking=THINKING), p)
+        assert type(err) is UnsupportedParameter and err.param == "thinking"
+        assert err.message == f"'thinking' is not supported by model '{ALIAS}'."
+
+
+def test_the_interleaved_thinking_beta_lets_the_budget_exceed_max_tokens() -> None:
+    doc = orjson.dumps(body(max_tokens=1024, thinking={"type": "enabled", "budget_tokens": 4096}))
+    ANTHROPIC_MESSAGES.check_headers(Headers(anthropic_beta=["interleaved-thinking-2025-05-14"]))
+    req = ANTHROPIC_MESSAGES.decode(doc, Resolver(plan()))
+    assert req.thinking_budget == 4096 and req.anthropic_beta == ("interleaved-thinking-2025-05-14",)
+    with pytest.raises(InvalidRequest):
+        ANTHROPIC_MESSAGES.decode(doc, Resolver(plan()))  # the beta belonged to the request before
+
+
+def test_thinking_blocks_go_back_unchanged_in_order_before_tool_calls() -> None:
+    req = decode(
+        body(
+            max_tokens=2048,
+            thinking=THINKING,
+            tools=[WEATHER],
+            messages=[
+                user(text("weather?")),
+                assistant(SIGNED, REDACTED, text("Checking."), tool_use("toolu_1", "get_weather", {})),
+                user(tool_result("toolu_1", "sunny")),
+            ],
+        )
+    )
+    assert req.messages[1] == Message(
+        "assistant",
+        [
+            ThinkingPart("The user greets me.", "EqQBCgIYAhIM1gbcDa9G"),
+            RedactedThinkingPart("EmwKAhgBEgy3va3pzix/LafPsn4a"),
+            TextPart("Checking."),
+        ],
+        tool_calls=[ToolCall("toolu_1", "get_weather", "{}")],
+    )
+
+
+@pytest.mark.parametrize("block", [SIGNED, REDACTED], ids=["thinking", "redacted"])
+def test_thinking_blocks_are_refused_on_an_alias_with_an_openai_route(block: dict[str, Any]) -> None:
+    err = refused(body(messages=[user(text("x")), assistant(block, text("y"))]), mixed(reject=False))
+    assert type(err) is UnsupportedParameter and err.param == "messages[1].content[0]"
+    assert err.message == f"A {block['type']} block ('messages[1].content[0]') is not supported by model '{ALIAS}'."
+
+
 REFUSALS: list[tuple[str, dict[str, Any], type[GatewayError], str]] = [
     ("no-max-tokens", {"max_tokens": None}, InvalidRequest, "max_tokens"),
     ("zero-max-tokens", {"max_tokens": 0}, InvalidRequest, "max_tokens"),
@@ -360,7 +512,6 @@ REFUSALS: list[tuple[str, dict[str, Any], type[GatewayError], str]] = [
     ("stop-empty-string", {"stop_sequences": [""]}, InvalidRequest, "stop_sequences"),
     ("stop-too-many", {"stop_sequences": [str(i) for i in range(17)]}, InvalidRequest, "stop_sequences"),
     ("metadata-key", {"metadata": {"user_id": "u", "team": "t"}}, UnsupportedParameter, "metadata.team"),
-    ("thinking", {"thinking": {"type": "enabled", "budget_tokens": 2048}}, UnsupportedParameter, "thinking"),
     ("service-tier", {"service_tier": "auto"}, UnsupportedParameter, "service_tier"),
     ("unknown", {"logit_bias": {"1": 2}}, UnsupportedParameter, "logit_bias"),
     ("container", {"container": "c-1"}, UnsupportedParameter, "container"),
@@ -384,12 +535,6 @@ REFUSALS: list[tuple[str, dict[str, Any], type[GatewayError], str]] = [
         "tools[1].type",
     ),
     ("tool-schema", {"tools": [{"name": "f"}]}, InvalidRequest, "tools[0].input_schema"),
-    (
-        "tool-cache",
-        {"tools": [{**WEATHER, "cache_control": EPHEMERAL}]},
-        UnsupportedParameter,
-        "tools[0].cache_control",
-    ),
     ("choice-without-tools", {"tool_choice": {"type": "auto"}}, InvalidRequest, "tool_choice"),
     (
         "choice-undefined-tool",
@@ -398,25 +543,6 @@ REFUSALS: list[tuple[str, dict[str, Any], type[GatewayError], str]] = [
         "tool_choice.name",
     ),
     ("choice-type", {"tools": [WEATHER], "tool_choice": "auto"}, InvalidRequest, "tool_choice"),
-    ("system-cache", {"system": [text("x", cache_control=EPHEMERAL)]}, UnsupportedParameter, "system[0].cache_control"),
-    (
-        "text-cache",
-        {"messages": [user(text("x", cache_control=EPHEMERAL))]},
-        UnsupportedParameter,
-        "messages[0].content[0].cache_control",
-    ),
-    (
-        "image-cache",
-        {"messages": [user(image_b64(cache_control=EPHEMERAL))]},
-        UnsupportedParameter,
-        "messages[0].content[0].cache_control",
-    ),
-    (
-        "result-cache",
-        {"messages": [user(tool_result("a", "x", cache_control=EPHEMERAL))]},
-        UnsupportedParameter,
-        "messages[0].content[0].cache_control",
-    ),
     (
         "citations",
         {"messages": [user(text("x", citations=[{"type": "char_location"}]))]},
@@ -434,18 +560,6 @@ REFUSALS: list[tuple[str, dict[str, Any], type[GatewayError], str]] = [
         {"messages": [user({"type": "search_result"})]},
         UnsupportedParameter,
         "messages[0].content[0].type",
-    ),
-    (
-        "thinking-block",
-        {"messages": [user(text("x")), assistant({"type": "thinking", "thinking": "t", "signature": "s"})]},
-        UnsupportedParameter,
-        "messages[1].content[0].type",
-    ),
-    (
-        "redacted-thinking",
-        {"messages": [user(text("x")), assistant({"type": "redacted_thinking", "data": "d"})]},
-        UnsupportedParameter,
-        "messages[1].content[0].type",
     ),
     (
         "file-image",
@@ -466,6 +580,86 @@ REFUSALS: list[tuple[str, dict[str, Any], type[GatewayError], str]] = [
         InvalidRequest,
         "messages[1].content[0].input",
     ),
+    ("thinking-not-object", {"thinking": "on"}, InvalidRequest, "thinking"),
+    ("thinking-adaptive", {"thinking": {"type": "adaptive"}}, UnsupportedParameter, "thinking.type"),
+    (
+        "thinking-small-budget",
+        {"thinking": {"type": "enabled", "budget_tokens": 1023}},
+        InvalidRequest,
+        "thinking.budget_tokens",
+    ),
+    ("thinking-no-budget", {"thinking": {"type": "enabled"}}, InvalidRequest, "thinking.budget_tokens"),
+    (
+        "thinking-budget-not-below-max-tokens",
+        {"max_tokens": 2048, "thinking": {"type": "enabled", "budget_tokens": 2048}},
+        InvalidRequest,
+        "thinking.budget_tokens",
+    ),
+    (
+        "thinking-key",
+        {"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 1024, "effort": "high"}},
+        UnsupportedParameter,
+        "thinking.effort",
+    ),
+    (
+        "disabled-thinking-key",
+        {"thinking": {"type": "disabled", "budget_tokens": 1024}},
+        UnsupportedParameter,
+        "thinking.budget_tokens",
+    ),
+    (
+        "thinking-block-in-user",
+        {"messages": [user({"type": "thinking", "thinking": "t", "signature": "s"})]},
+        InvalidRequest,
+        "messages[0].content[0].type",
+    ),
+    (
+        "thinking-block-without-signature",
+        {"messages": [user(text("x")), assistant({"type": "thinking", "thinking": "t"})]},
+        InvalidRequest,
+        "messages[1].content[0].signature",
+    ),
+    (
+        "redacted-thinking-without-data",
+        {"messages": [user(text("x")), assistant({"type": "redacted_thinking", "data": ""})]},
+        InvalidRequest,
+        "messages[1].content[0].data",
+    ),
+    (
+        "thinking-block-cache",
+        {
+            "messages": [
+                user(text("x")),
+                assistant({"type": "thinking", "thinking": "t", "signature": "s", "cache_control": EPHEMERAL}),
+            ]
+        },
+        UnsupportedParameter,
+        "messages[1].content[0].cache_control",
+    ),
+    (
+        "cache-type",
+        {"messages": [user(text("x", cache_control={"type": "persistent"}))]},
+        InvalidRequest,
+        "messages[0].content[0].cache_control",
+    ),
+    (
+        "cache-ttl",
+        {"system": [text("x", cache_control={"type": "ephemeral", "ttl": "2h"})]},
+        InvalidRequest,
+        "system[0].cache_control.ttl",
+    ),
+    (
+        "cache-key",
+        {"tools": [{**WEATHER, "cache_control": {"type": "ephemeral", "scope": "org"}}]},
+        UnsupportedParameter,
+        "tools[0].cache_control.scope",
+    ),
+    (
+        "five-breakpoints",
+        {"system": [text(str(i), cache_control=EPHEMERAL) for i in range(5)]},
+        InvalidRequest,
+        "system[4].cache_control",
+    ),
 ]
 
 
@@ -476,11 +670,6 @@ def test_requests_outside_the_profile_are_refused_naming_the_field(
     doc = {k: v for k, v in {**body(), **patch}.items() if v is not None}
     err = refused(doc)
     assert type(err) is error and err.param == param and err.status == 400
-
-
-def test_cache_control_is_refused_as_not_supported_yet_naming_its_path() -> None:
-    err = refused(body(messages=[user(text("a"), text("b", cache_control=EPHEMERAL))]))
-    assert err.message == "'messages[0].content[1].cache_control' is not supported yet by this gateway."
 
 
 def test_null_cache_control_and_empty_citations_carry_nothing_and_pass() -> None:
@@ -626,8 +815,11 @@ def test_count_tokens_needs_no_max_tokens_and_answers_the_local_estimate() -> No
 
 
 def test_count_tokens_checks_the_body_like_a_message() -> None:
-    with pytest.raises(UnsupportedParameter):
-        count_tokens(orjson.dumps(body(thinking={"type": "enabled", "budget_tokens": 1024})), Resolver(plan()))
+    thinking = {"model": ALIAS, "messages": [{"role": "user", "content": "hi"}], "thinking": THINKING}
+    assert orjson.loads(count_tokens(orjson.dumps(thinking), Resolver(plan()))) == {"input_tokens": 2}
+    with pytest.raises(UnsupportedParameter) as info:
+        count_tokens(orjson.dumps(thinking), Resolver(plan(formats=(ANTHROPIC, OPENAI))))
+    assert info.value.param == "thinking"
 
 
 class Headers:
@@ -654,11 +846,42 @@ def test_an_older_or_malformed_anthropic_version_is_refused(version: str) -> Non
     assert info.value.param == "anthropic-version"
 
 
-def test_any_anthropic_beta_is_refused() -> None:
-    ANTHROPIC_MESSAGES.check_headers(Headers(anthropic_beta=[" "]))
-    with pytest.raises(UnsupportedParameter) as beta:
-        ANTHROPIC_MESSAGES.check_headers(Headers(anthropic_beta=["prompt-caching-2024-07-31"]))
-    assert beta.value.param == "anthropic-beta"
+def decode_with(beta: list[str], doc: dict[str, Any], p: AliasPlan) -> CanonicalRequest:
+    ANTHROPIC_MESSAGES.check_headers(Headers(anthropic_beta=beta))
+    return ANTHROPIC_MESSAGES.decode(orjson.dumps(doc), Resolver(p))
+
+
+def test_allowlisted_betas_are_carried_in_order_once_each() -> None:
+    req = decode_with(
+        ["context-1m-2025-08-07, prompt-caching-2024-07-31", " context-1m-2025-08-07 ,,", ""], body(), plan()
+    )
+    assert req.anthropic_beta == ("context-1m-2025-08-07", "prompt-caching-2024-07-31")
+    assert decode(body()).anthropic_beta == ()
+
+
+@pytest.mark.parametrize("value", ["x-2025", "prompt-caching-2024-07-31,claude-code-20250219"])
+def test_an_unknown_anthropic_beta_is_refused_naming_it(value: str) -> None:
+    with pytest.raises(UnsupportedParameter) as info:
+        ANTHROPIC_MESSAGES.check_headers(Headers(anthropic_beta=[value]))
+    name = value.rsplit(",", 1)[-1]
+    assert info.value.param == "anthropic-beta"
+    assert info.value.message.startswith(f"The anthropic-beta {name!r} is not supported by this gateway; supported: ")
+    assert "prompt-caching-2024-07-31" in info.value.message
+
+
+def test_an_alias_with_an_openai_route_takes_only_betas_that_need_nothing_from_the_provider() -> None:
+    neutral = ["prompt-caching-2024-07-31,token-efficient-tools-2025-02-19,fine-grained-tool-streaming-2025-05-14"]
+    assert len(decode_with(neutral, body(), mixed()).anthropic_beta) == 3
+    with pytest.raises(UnsupportedParameter) as info:
+        decode_with(["prompt-caching-2024-07-31", "context-1m-2025-08-07"], body(), mixed())
+    assert info.value.param == "anthropic-beta"
+    assert info.value.message == f"The anthropic-beta 'context-1m-2025-08-07' is not supported by model '{ALIAS}'."
+
+
+def test_count_tokens_takes_the_betas_too() -> None:
+    ANTHROPIC_MESSAGES.check_headers(Headers(anthropic_beta=["context-1m-2025-08-07"]))
+    with pytest.raises(UnsupportedParameter):
+        count_tokens(orjson.dumps(body()), Resolver(mixed()))
 
 
 # Buffered answers.
@@ -714,6 +937,16 @@ def test_tool_calls_render_as_tool_use_blocks_with_parsed_input() -> None:
 )
 def test_finish_reasons_map_to_anthropic_stop_reasons(finish: FinishReason, stop_reason: str) -> None:
     assert render(CanonicalResponse("x", None, finish, Usage(1, 1)))["stop_reason"] == stop_reason
+
+
+def test_thinking_blocks_render_first_with_their_signatures() -> None:
+    thinking = [ThinkingPart("Paris, then.", "sig-1"), RedactedThinkingPart("opaque")]
+    doc = render(CanonicalResponse("Sunny.", None, "stop", Usage(10, 30), thinking=thinking))
+    assert doc["content"] == [
+        {"type": "thinking", "thinking": "Paris, then.", "signature": "sig-1"},
+        {"type": "redacted_thinking", "data": "opaque"},
+        {"type": "text", "text": "Sunny."},
+    ]
 
 
 def test_a_refusal_is_kept_as_text_and_missing_usage_is_zero() -> None:
@@ -880,6 +1113,69 @@ def test_the_finish_is_held_until_the_end_with_the_final_usage() -> None:
     }
 
 
+def test_thinking_streams_as_a_thinking_block_with_thinking_and_signature_deltas() -> None:
+    data = run(
+        [
+            ThinkingDelta(0),
+            ThinkingDelta(0, thinking="Two cities; "),
+            ThinkingDelta(0, thinking="call the tool twice."),
+            ThinkingDelta(0, signature="EqQBCgIYAhIM"),
+            RedactedThinking(1, "opaque"),
+            TextDelta("Checking."),
+            ToolCallDelta(0, "toolu_1", "get_weather", '{"city": "Paris"}'),
+            StreamFinish("tool_calls"),
+        ],
+        usage=Usage(prompt_tokens=100, completion_tokens=40, cached_prompt_tokens=60, cache_creation_tokens=30),
+    )
+    docs = payloads(data)
+    assert [(d["type"], d.get("index")) for d in docs[2:]] == [
+        ("content_block_start", 0),
+        ("content_block_delta", 0),
+        ("content_block_delta", 0),
+        ("content_block_delta", 0),
+        ("content_block_stop", 0),
+        ("content_block_start", 1),
+        ("content_block_stop", 1),
+        ("content_block_start", 2),
+        ("content_block_delta", 2),
+        ("content_block_stop", 2),
+        ("content_block_start", 3),
+        ("content_block_delta", 3),
+        ("content_block_stop", 3),
+        ("message_delta", None),
+        ("message_stop", None),
+    ]
+    assert docs[2]["content_block"] == {"type": "thinking", "thinking": "", "signature": ""}
+    assert docs[3]["delta"] == {"type": "thinking_delta", "thinking": "Two cities; "}
+    assert docs[5]["delta"] == {"type": "signature_delta", "signature": "EqQBCgIYAhIM"}
+    assert docs[7]["content_block"] == {"type": "redacted_thinking", "data": "opaque"}
+    assert docs[-2]["usage"] == {
+        "input_tokens": 10,
+        "output_tokens": 40,
+        "cache_creation_input_tokens": 30,
+        "cache_read_input_tokens": 60,
+    }
+    final = accumulate(data)
+    assert [b.type for b in final.content] == ["thinking", "redacted_thinking", "text", "tool_use"]
+    assert final.content[0].thinking == "Two cities; call the tool twice."
+    assert final.content[0].signature == "EqQBCgIYAhIM" and final.content[1].data == "opaque"
+    assert final.usage.cache_read_input_tokens == 60 and final.usage.cache_creation_input_tokens == 30
+
+
+def test_chat_and_responses_clients_are_not_shown_thinking() -> None:
+    from tollway.api.chat_completions import CHAT_COMPLETIONS
+    from tollway.api.responses import RESPONSES
+
+    resp = CanonicalResponse("Sunny.", None, "stop", Usage(10, 30), thinking=[ThinkingPart("secret plan", "sig")])
+    req = CanonicalRequest(messages=[Message("user", "hi")], stream=True)
+    for front in (CHAT_COMPLETIONS, RESPONSES):
+        assert b"secret plan" not in front.encode_response(META, resp, req)
+        encoder = front.encode_stream(META, req)
+        assert encoder.event(ThinkingDelta(0, "secret plan", "sig")) == b""
+        assert encoder.event(RedactedThinking(1, "opaque")) == b""
+        assert b"secret plan" not in encoder.event(TextDelta("Sunny.")) + encoder.end(Usage(1, 1))
+
+
 def test_a_stream_ending_without_output_still_opens_and_closes_the_message() -> None:
     docs = payloads(run([StreamFinish("stop")]))
     assert [d["type"] for d in docs] == ["message_start", "ping", "message_delta", "message_stop"]
@@ -907,6 +1203,8 @@ _events = st.lists(
             st.text(max_size=8),
         ),
         st.builds(StreamFinish, st.sampled_from(["stop", "length", "tool_calls", "content_filter"])),
+        st.builds(ThinkingDelta, st.integers(0, 2), st.text(max_size=8), st.text(max_size=4)),
+        st.builds(RedactedThinking, st.integers(0, 2), st.text(max_size=4)),
     ),
     max_size=8,
 )

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
+import anthropic
 import httpx
 import openai
 import orjson
 import pytest
 import pytest_asyncio
+from anthropic.lib.streaming._messages import accumulate_event
 
 from tollway.mock import MockServer
+from tollway.mock.content import thinking_signature
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -344,6 +348,112 @@ async def test_anthropic_answers_text_for_tool_choice_none_or_after_tool_result(
 
     assert none.json()["stop_reason"] == "end_turn"
     assert after.json()["content"] == [{"type": "text", "text": "Mock reply #2: rainy today"}]
+
+
+THINKING = {"type": "enabled", "budget_tokens": 1024}
+THOUGHT = "Mock thinking about: hello brave new world"
+
+
+async def test_anthropic_thinking_opens_the_answer_with_a_signed_thinking_block(client: httpx.AsyncClient) -> None:
+    message = (await client.post(MESSAGES, json=anthropic_body(max_tokens=2048, thinking=THINKING))).json()
+
+    anthropic.types.Message.model_validate(message)
+    assert message["content"] == [
+        {"type": "thinking", "thinking": THOUGHT, "signature": thinking_signature(THOUGHT)},
+        {"type": "text", "text": "Mock reply #4: hello brave new world"},
+    ]
+    assert thinking_signature(THOUGHT) == "mock-signature-" + hashlib.sha256(THOUGHT.encode()).hexdigest()[:32]
+    assert message["usage"]["output_tokens"] == 7 + 7  # the reply's words and the thinking's
+
+
+async def test_anthropic_thinking_streams_before_the_text_block(client: httpx.AsyncClient) -> None:
+    body = anthropic_body(max_tokens=2048, thinking=THINKING)
+    buffered = (await client.post(MESSAGES, json=body)).json()
+    frames = sse((await client.post(MESSAGES, json={**body, "stream": True})).text)
+
+    data = [orjson.loads(payload) for _, payload in frames]
+    assert [(d["type"], d.get("index"), d.get("delta", {}).get("type")) for d in data[:6]] == [
+        ("message_start", None, None),
+        ("content_block_start", 0, None),
+        ("content_block_delta", 0, "thinking_delta"),
+        ("content_block_delta", 0, "thinking_delta"),
+        ("content_block_delta", 0, "signature_delta"),
+        ("content_block_stop", 0, None),
+    ]
+    assert data[6] == {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}
+    snapshot = None
+    bufs: dict[int, bytes] = {}
+    for doc in data:
+        if doc["type"] != "ping":
+            snapshot = accumulate_event(event=cast(Any, doc), current_snapshot=snapshot, json_bufs=bufs)
+    assert snapshot is not None
+    assert [b.model_dump(exclude_none=True) for b in snapshot.content] == buffered["content"]
+    assert snapshot.usage.output_tokens == buffered["usage"]["output_tokens"]
+
+
+async def test_anthropic_thinking_sent_back_must_keep_its_signature(client: httpx.AsyncClient) -> None:
+    first = (await client.post(MESSAGES, json=anthropic_body(max_tokens=2048, thinking=THINKING))).json()
+    turn = [{"role": "user", "content": "hello brave new world"}, {"role": "assistant", "content": first["content"]}]
+    again = {"role": "user", "content": "and now?"}
+    ok = await client.post(MESSAGES, json=anthropic_body(messages=[*turn, again]))
+    tampered = [dict(first["content"][0], thinking=THOUGHT + "!"), first["content"][1]]
+    bad = await client.post(
+        MESSAGES, json=anthropic_body(messages=[turn[0], {"role": "assistant", "content": tampered}, again])
+    )
+
+    assert ok.status_code == 200
+    assert bad.status_code == 400
+    assert bad.json()["error"] == {
+        "type": "invalid_request_error",
+        "message": "messages.1.content.0: Invalid `signature` in `thinking` block",
+    }
+
+
+async def test_anthropic_thinking_budget_below_1024_is_refused(client: httpx.AsyncClient) -> None:
+    response = await client.post(MESSAGES, json=anthropic_body(thinking={"type": "enabled", "budget_tokens": 1000}))
+    assert response.status_code == 400
+    assert "budget_tokens" in response.json()["error"]["message"]
+
+
+SYSTEM = "s" * 400
+EPHEMERAL = {"type": "ephemeral"}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_anthropic_one_cache_breakpoint_writes_the_prefix(client: httpx.AsyncClient, stream: bool) -> None:
+    body = anthropic_body(system=[{"type": "text", "text": SYSTEM, "cache_control": EPHEMERAL}], stream=stream)
+    response = await client.post(MESSAGES, json=body)
+    usage = orjson.loads(sse(response.text)[0][1])["message"]["usage"] if stream else response.json()["usage"]
+    prompt = math.ceil((400 + len("hello brave new world")) / 4)
+    assert (usage["cache_read_input_tokens"], usage["cache_creation_input_tokens"]) == (0, 100)
+    assert usage["input_tokens"] == prompt - 100 == 6
+
+
+async def test_anthropic_the_prefix_before_the_second_to_last_breakpoint_is_read(client: httpx.AsyncClient) -> None:
+    user = [
+        {"type": "text", "text": "u" * 40, "cache_control": EPHEMERAL},
+        {"type": "text", "text": "question?"},
+    ]
+    tools = [{**anthropic_tools("t")[0], "cache_control": EPHEMERAL}]
+    body = anthropic_body(
+        system=[{"type": "text", "text": SYSTEM, "cache_control": EPHEMERAL}],
+        messages=[{"role": "user", "content": user}],
+        tools=tools,
+        tool_choice={"type": "none"},
+    )
+    usage = (await client.post(MESSAGES, json=body)).json()["usage"]
+    assert math.ceil((400 + len("u" * 40 + " question?")) / 4) == 113
+    assert usage == {
+        "input_tokens": 3,
+        "cache_creation_input_tokens": 10,
+        "cache_read_input_tokens": 100,
+        "output_tokens": 5,
+    }
+
+
+async def test_anthropic_without_breakpoints_nothing_is_cached(client: httpx.AsyncClient) -> None:
+    usage = (await client.post(MESSAGES, json=anthropic_body(system=SYSTEM))).json()["usage"]
+    assert (usage["cache_read_input_tokens"], usage["cache_creation_input_tokens"]) == (0, 0)
 
 
 async def test_anthropic_missing_max_tokens_is_an_invalid_request_error(client: httpx.AsyncClient) -> None:

@@ -146,3 +146,29 @@ def test_micro_usd_renders_as_an_exact_usd_string() -> None:
         "1.000000",
         "12345.678901",
     ]
+
+
+def test_anthropic_cache_reads_and_writes_are_priced_at_the_example_catalogs_cache_rates() -> None:
+    """From the provider's usage to micro-USD: Anthropic's ``input_tokens`` leaves cache tokens out,
+    the codec adds them back into the prompt count, and ``price`` charges each kind at its rate."""
+    from pathlib import Path
+
+    from tollway.pricing import compile_snapshot, parse_models_dev
+    from tollway.providers import AnthropicMessagesCodec
+
+    catalog = Path(__file__).parents[3] / "shared" / "tollway" / "examples" / "pricing-catalog.json"
+    snap = compile_snapshot([parse_models_dev(catalog.read_bytes(), uri=catalog.as_uri())], None, now=NOW)
+    body = (
+        b'{"id":"msg_1","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":'
+        b'{"input_tokens":1000,"cache_read_input_tokens":200000,"cache_creation_input_tokens":10000,"output_tokens":500}}'
+    )
+    usage = AnthropicMessagesCodec().decode_response(200, body).usage
+    assert usage == Usage(
+        prompt_tokens=211_000, completion_tokens=500, cached_prompt_tokens=200_000, cache_creation_tokens=10_000
+    )
+    cost = price(snap, "anthropic", "mock-claude-small", usage)
+    assert isinstance(cost, Cost)
+    # USD per 1M: input 0.8, cache read 0.08, cache write 1, output 4 → 800 + 16 000 + 10 000 + 2 000 micro-USD
+    assert cost.amount_micro_usd == 28_800
+    uncached = price(snap, "anthropic", "mock-claude-small", Usage(prompt_tokens=211_000, completion_tokens=500))
+    assert isinstance(uncached, Cost) and uncached.amount_micro_usd == 170_800

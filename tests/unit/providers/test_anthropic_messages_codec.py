@@ -7,10 +7,14 @@ import orjson
 import pytest
 
 from tollway.canonical import (
+    SEMANTIC_EVENTS,
     SKIPPED,
+    CacheControl,
     CanonicalRequest,
     ImagePart,
     Message,
+    RedactedThinking,
+    RedactedThinkingPart,
     ResponseFormat,
     StreamEvent,
     StreamFinish,
@@ -18,6 +22,8 @@ from tollway.canonical import (
     StreamUsage,
     TextDelta,
     TextPart,
+    ThinkingDelta,
+    ThinkingPart,
     ToolCall,
     ToolCallDelta,
     ToolChoice,
@@ -515,3 +521,175 @@ def test_error_carries_retry_after_and_a_short_detail() -> None:
     assert err.detail.startswith("rate_limit_error: This request would exceed")
     assert len(err.detail) <= 240
     assert "req_011" not in err.detail
+
+
+# Prompt caching, extended thinking and betas.
+
+CACHED = CacheControl()
+
+
+def test_cache_breakpoints_are_written_exactly_where_the_client_put_them() -> None:
+    req = CanonicalRequest(
+        [
+            Message("system", [TextPart("Policy.", CACHED), TextPart("Today.")]),
+            Message("user", [TextPart("weather?"), ImagePart("https://x.example/a.png", cache_control=CACHED)]),
+            Message("assistant", "Checking.", tool_calls=[ToolCall("t1", "get_weather", "{}", CacheControl("1h"))]),
+            Message("tool", "sunny", tool_call_id="t1", cache_control=CACHED),
+            Message("tool", [TextPart("21 C", CACHED)], tool_call_id="t2"),
+        ],
+        tools=[ToolDefinition("get_weather", parameters={"type": "object"}, cache_control=CACHED)],
+    )
+    doc = body_of(req)
+    ephemeral = {"type": "ephemeral"}
+    assert doc["system"] == [{**text("Policy."), "cache_control": ephemeral}, text("Today.")]
+    assert doc["tools"] == [{"name": "get_weather", "input_schema": {"type": "object"}, "cache_control": ephemeral}]
+    assert doc["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                text("weather?"),
+                {
+                    "type": "image",
+                    "source": {"type": "url", "url": "https://x.example/a.png"},
+                    "cache_control": ephemeral,
+                },
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                text("Checking."),
+                {
+                    "type": "tool_use",
+                    "id": "t1",
+                    "name": "get_weather",
+                    "input": {},
+                    "cache_control": {"type": "ephemeral", "ttl": "1h"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "sunny", "cache_control": ephemeral},
+                {"type": "tool_result", "tool_use_id": "t2", "content": [{**text("21 C"), "cache_control": ephemeral}]},
+            ],
+        },
+    ]
+
+
+def test_system_stays_one_string_without_breakpoints() -> None:
+    req = CanonicalRequest(
+        [Message("system", [TextPart("a"), TextPart("b")]), Message("developer", "c"), Message("user", "q")]
+    )
+    assert body_of(req)["system"] == "ab\n\nc"
+
+
+def test_every_system_message_becomes_blocks_when_one_part_is_cached() -> None:
+    req = CanonicalRequest(
+        [Message("system", "Be brief."), Message("developer", [TextPart("Policy.", CACHED)]), Message("user", "q")]
+    )
+    assert body_of(req)["system"] == [text("Be brief."), {**text("Policy."), "cache_control": {"type": "ephemeral"}}]
+
+
+def test_thinking_and_its_blocks_are_sent_unchanged() -> None:
+    req = CanonicalRequest(
+        [
+            Message("user", "weather?"),
+            Message(
+                "assistant",
+                [ThinkingPart("Call the tool.", "sig-1"), RedactedThinkingPart("opaque"), TextPart("Checking.")],
+                tool_calls=[ToolCall("t1", "get_weather", "{}")],
+            ),
+            Message("tool", "sunny", tool_call_id="t1"),
+        ],
+        max_output_tokens=4096,
+        thinking_budget=2048,
+    )
+    doc = body_of(req)
+    assert doc["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert doc["messages"][1]["content"] == [
+        {"type": "thinking", "thinking": "Call the tool.", "signature": "sig-1"},
+        {"type": "redacted_thinking", "data": "opaque"},
+        text("Checking."),
+        {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {}},
+    ]
+    assert "thinking" not in body_of(CanonicalRequest([Message("user", "q")]))
+
+
+def test_betas_go_upstream_in_the_anthropic_beta_header() -> None:
+    req = CanonicalRequest(
+        [Message("user", "q")], anthropic_beta=("context-1m-2025-08-07", "prompt-caching-2024-07-31")
+    )
+    headers = codec.encode_request(req, TARGET).headers
+    assert dict(headers) == {
+        "anthropic-version": "2023-06-01",
+        "content-type": "application/json",
+        "anthropic-beta": "context-1m-2025-08-07,prompt-caching-2024-07-31",
+    }
+
+
+def test_thinking_blocks_decode_whole_before_text_and_calls() -> None:
+    body = anthropic_message(
+        [
+            {"type": "thinking", "thinking": "Paris first.", "signature": "sig-1"},
+            {"type": "redacted_thinking", "data": "opaque"},
+            text("Checking."),
+            {"type": "tool_use", "id": "t", "name": "f", "input": {}},
+        ],
+        "tool_use",
+        usage={"input_tokens": 3, "cache_creation_input_tokens": 500, "output_tokens": 90},
+    )
+    resp = codec.decode_response(200, body)
+    assert resp.thinking == [ThinkingPart("Paris first.", "sig-1"), RedactedThinkingPart("opaque")]
+    assert resp.content == "Checking." and resp.tool_calls == [ToolCall("t", "f", "{}")]
+    assert resp.usage == Usage(prompt_tokens=503, completion_tokens=90, cache_creation_tokens=500)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [{"type": "thinking", "thinking": "t"}, {"type": "thinking", "signature": "s"}, {"type": "redacted_thinking"}],
+)
+def test_a_thinking_block_missing_a_field_is_malformed(block: dict[str, Any]) -> None:
+    with pytest.raises(UpstreamError) as info:
+        codec.decode_response(200, anthropic_message([block]))
+    assert info.value.category is C.MALFORMED
+
+
+async def test_a_thinking_stream_decodes_to_thinking_deltas_that_commit_it() -> None:
+    events = await collect(
+        message_start(input_tokens=4, cache_read_input_tokens=400, cache_creation_input_tokens=60, output_tokens=2),
+        block_start(0, {"type": "thinking", "thinking": "", "signature": ""}),
+        block_delta(0, {"type": "thinking_delta", "thinking": "Two cities; "}),
+        block_delta(0, {"type": "thinking_delta", "thinking": "call twice."}),
+        block_delta(0, {"type": "signature_delta", "signature": "EqQBCgIY"}),
+        ev("content_block_stop", index=0),
+        block_start(1, {"type": "redacted_thinking", "data": "opaque"}),
+        ev("content_block_stop", index=1),
+        block_start(2, {"type": "text", "text": ""}),
+        block_delta(2, {"type": "text_delta", "text": "Okay."}),
+        block_start(3, {"type": "tool_use", "id": "tu", "name": "f", "input": {}}),
+        block_delta(3, {"type": "input_json_delta", "partial_json": "{}"}),
+        message_delta("tool_use", output_tokens=89),
+        STOP,
+    )
+    assert events == [
+        StreamStart("msg_1"),
+        ThinkingDelta(0),
+        ThinkingDelta(0, thinking="Two cities; "),
+        ThinkingDelta(0, thinking="call twice."),
+        ThinkingDelta(0, signature="EqQBCgIY"),
+        RedactedThinking(1, "opaque"),
+        TextDelta("Okay."),
+        ToolCallDelta(0, "tu", "f", ""),
+        ToolCallDelta(0, arguments="{}"),
+        StreamFinish("tool_calls"),
+        StreamUsage(Usage(prompt_tokens=464, completion_tokens=89, cached_prompt_tokens=400, cache_creation_tokens=60)),
+    ]
+    first_semantic = next(e for e in events if isinstance(e, SEMANTIC_EVENTS))
+    assert first_semantic == ThinkingDelta(0), "a thinking block commits the stream: it reaches the client"
+
+
+async def test_a_thinking_block_start_without_a_signature_key_opens_empty() -> None:
+    events = await collect(message_start(), block_start(0, {"type": "thinking", "thinking": "hm"}), STOP)
+    assert events[1:] == [ThinkingDelta(0, thinking="hm")]

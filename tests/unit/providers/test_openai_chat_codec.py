@@ -8,20 +8,26 @@ import pytest
 
 from tollway.canonical import (
     SKIPPED,
+    CacheControl,
     CanonicalRequest,
+    ImagePart,
     Message,
+    RedactedThinkingPart,
     ResponseFormat,
     StreamEvent,
     StreamFinish,
     StreamStart,
     StreamUsage,
     TextDelta,
+    TextPart,
+    ThinkingPart,
     ToolCall,
     ToolCallDelta,
     ToolChoice,
+    ToolDefinition,
     Usage,
 )
-from tollway.exceptions import InvalidRequest, UpstreamCategory, UpstreamError
+from tollway.exceptions import InvalidRequest, UnsupportedParameter, UpstreamCategory, UpstreamError
 from tollway.providers import OpenAIChatCodec, ProviderFormat, Target
 from tollway.routing.retry import RetryPolicy
 from tollway.wire import SseEvent
@@ -485,3 +491,45 @@ def test_a_content_filter_refusal_is_a_400_content_filter_naming_only_known_cate
     plain = codec.decode_error(400, {}, openai_error("Your request was rejected as a result of our safety system."))
     assert plain.category is C.SAFETY
     assert plain.to_gateway_error().message == "The request was rejected by the model provider's content policy."
+
+
+# What only the Anthropic format carries.
+
+
+@pytest.mark.parametrize(
+    ("req", "param"),
+    [
+        (request(top_k=5), "top_k"),
+        (request(thinking_budget=1024), "thinking"),
+        (
+            CanonicalRequest([Message("user", "q"), Message("assistant", [ThinkingPart("t", "sig"), TextPart("a")])]),
+            "messages",
+        ),
+        (CanonicalRequest([Message("user", "q"), Message("assistant", [RedactedThinkingPart("opaque")])]), "messages"),
+    ],
+    ids=["top-k", "thinking", "thinking-block", "redacted-thinking-block"],
+)
+def test_anthropic_only_fields_are_refused_never_dropped(req: CanonicalRequest, param: str) -> None:
+    with pytest.raises(UnsupportedParameter) as info:
+        codec.encode_request(req, TARGET)
+    assert info.value.param == param
+
+
+def test_cache_breakpoints_and_neutral_betas_are_left_out() -> None:
+    cached = CacheControl()
+    req = CanonicalRequest(
+        [
+            Message("system", [TextPart("Policy.", cached)]),
+            Message("user", [TextPart("hi", cached), ImagePart("https://x.example/a.png", cache_control=cached)]),
+            Message("assistant", None, tool_calls=[ToolCall("c1", "f", "{}", cached)]),
+            Message("tool", "ok", tool_call_id="c1", cache_control=cached),
+        ],
+        tools=[ToolDefinition("f", cache_control=cached)],
+        anthropic_beta=("prompt-caching-2024-07-31",),
+    )
+    upstream = codec.encode_request(req, TARGET)
+    assert b"cache_control" not in upstream.body and dict(upstream.headers) == {"content-type": "application/json"}
+    assert orjson.loads(upstream.body)["messages"][1]["content"] == [
+        {"type": "text", "text": "hi"},
+        {"type": "image_url", "image_url": {"url": "https://x.example/a.png"}},
+    ]
