@@ -28,11 +28,13 @@ from tollway.canonical import (
     EmbeddingRequest,
     EmbeddingResponse,
     Message,
+    RedactedThinking,
     SkippedEvent,
     StreamEvent,
     StreamFinish,
     StreamUsage,
     TextDelta,
+    ThinkingDelta,
     ToolCallDelta,
     Usage,
     UsageEvidence,
@@ -164,6 +166,8 @@ class CommittedStream:
         self.output_chars = 0
         self.tool_calls = False
         """A tool-call delta reached the client: a gap in the stream could corrupt its arguments."""
+        self.thinking = False
+        """A thinking block reached the client: a continuation would have to resend it, signed, as a prefill."""
 
     async def events(self) -> AsyncIterator[StreamEvent]:
         """Every event after commitment; raises ``UpstreamError`` on a midstream failure."""
@@ -178,15 +182,21 @@ class CommittedStream:
         self._finished = True
 
     def _observe(self, ev: StreamEvent) -> StreamEvent:
-        if type(ev) is TextDelta:
-            self.output_chars += len(ev.text)
-        elif type(ev) is ToolCallDelta:
-            self.output_chars += len(ev.arguments)
+        kind = type(ev)
+        if kind is TextDelta:
+            self.output_chars += len(ev.text)  # type: ignore[union-attr]
+        elif kind is ToolCallDelta:
+            self.output_chars += len(ev.arguments)  # type: ignore[union-attr]
             self.tool_calls = True
-        elif type(ev) is StreamUsage:
-            self._ctx.usage = ev.usage
-        elif type(ev) is SkippedEvent:
+        elif kind is StreamUsage:
+            self._ctx.usage = ev.usage  # type: ignore[union-attr]
+        elif kind is SkippedEvent:
             self._skip()
+        elif kind is ThinkingDelta:  # billed as output: the local estimate counts it too
+            self.output_chars += len(ev.thinking)  # type: ignore[union-attr]
+            self.thinking = True
+        elif kind is RedactedThinking:
+            self.thinking = True
         return ev
 
     def _skip(self) -> None:
@@ -258,7 +268,7 @@ class RecoverableStream(CommittedStream):
     what the client already has as an assistant prefill, so only the continuation streams on.
 
     A subclass, so an alias without the opt-in pays nothing per chunk for it. Anything that is
-    not a cut or a stall, a stream that carried a tool-call delta or already finished, or no
+    not a cut or a stall, a stream that carried a tool-call delta or thinking or already finished, or no
     route able to continue, still ends with the original error.
     """
 
@@ -312,6 +322,7 @@ class RecoverableStream(CommittedStream):
             not err.reported
             and err.category in _RECOVERABLE
             and not self.tool_calls
+            and not self.thinking
             and not self._finish_seen
             and bool(self._emitted)
         )

@@ -14,7 +14,6 @@ the alias's routes, and the Anthropic codec sends them on.
 from __future__ import annotations
 
 import re
-from contextvars import ContextVar
 
 import orjson
 
@@ -34,23 +33,13 @@ ANTHROPIC_VERSION = "2023-06-01"
 _VERSION = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
-_BETAS: ContextVar[tuple[str, ...]] = ContextVar("tollway_anthropic_beta", default=())
-"""The betas :meth:`AnthropicMessages.check_headers` accepted, for the ``decode`` of the same request.
-
-The pipeline hands ``check_headers`` the headers and ``decode`` only the body, and both run in the
-request's own task, so a context variable carries the one to the other without a shared field.
-``decode`` takes the value (and clears it), so nothing outlives its request."""
-
-
 def _supported_version(value: str) -> bool:
     return _VERSION.fullmatch(value) is not None and value >= ANTHROPIC_VERSION
 
 
-def _take_betas() -> tuple[str, ...]:
-    betas = _BETAS.get()
-    if betas:
-        _BETAS.set(())
-    return betas
+def _betas(headers: HeaderGetter | None) -> tuple[str, ...]:
+    values = headers.getlist("anthropic-beta") if headers is not None else None
+    return parse_betas(values) if values else ()
 
 
 class AnthropicMessages:
@@ -63,11 +52,10 @@ class AnthropicMessages:
                 f"'anthropic-version' must be a date from {ANTHROPIC_VERSION} on (YYYY-MM-DD).",
                 param="anthropic-version",
             )
-        values = headers.getlist("anthropic-beta")
-        _BETAS.set(parse_betas(values) if values else ())
+        _betas(headers)  # an unknown beta is refused before the body is read
 
-    def decode(self, raw: bytes, resolve: Resolve) -> CanonicalRequest:
-        betas = _take_betas()
+    def decode(self, raw: bytes, resolve: Resolve, headers: HeaderGetter | None = None) -> CanonicalRequest:
+        betas = _betas(headers)
         env = parse_body(raw)
         return to_canonical(env, resolve(env.model, env.stream), betas=betas)
 
@@ -86,12 +74,11 @@ class AnthropicMessages:
 ANTHROPIC_MESSAGES = AnthropicMessages()
 
 
-def count_tokens(raw: bytes, resolve: Resolve) -> bytes:
+def count_tokens(raw: bytes, resolve: Resolve, headers: HeaderGetter | None = None) -> bytes:
     """The answer to ``POST /v1/messages/count_tokens``: ``{"input_tokens": n}`` for the same body
     a message would take, checked against the same alias, with ``max_tokens`` optional. ``n`` is
     the gateway's local estimate (about four characters a token), the same figure the alias's
     input bound and the budget reservation use, not a provider's tokenizer count."""
-    betas = _take_betas()
     env = parse_body(raw)
-    req = to_canonical(env, resolve(env.model, False), counting=True, betas=betas)
+    req = to_canonical(env, resolve(env.model, False), counting=True, betas=_betas(headers))
     return orjson.dumps({"input_tokens": estimate_request_tokens(req)})

@@ -69,7 +69,7 @@ class ChatCompletions:
     def check_headers(self, headers: HeaderGetter) -> None:
         return None
 
-    def decode(self, raw: bytes, resolve: Resolve) -> CanonicalRequest:
+    def decode(self, raw: bytes, resolve: Resolve, headers: HeaderGetter | None = None) -> CanonicalRequest:
         env = parse_body(raw)
         return to_canonical(env, resolve(env.model, env.stream))
 

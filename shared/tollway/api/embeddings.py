@@ -71,7 +71,7 @@ class Embeddings:
     def check_headers(self, headers: HeaderGetter) -> None:
         return None
 
-    def decode(self, raw: bytes, resolve: Resolve) -> EmbeddingRequest:
+    def decode(self, raw: bytes, resolve: Resolve, headers: HeaderGetter | None = None) -> EmbeddingRequest:
         env = parse_body(raw)
         if env.stream:
             raise bad("Embeddings do not stream; leave 'stream' out.", "stream")

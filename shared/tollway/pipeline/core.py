@@ -43,7 +43,15 @@ from tollway.exceptions import (
 from tollway.gateway import CommittedStream, Gateway, RequestContext
 from tollway.governance.principals import Principal, authenticate
 from tollway.pipeline.admission import Admission
-from tollway.pipeline.frontend import ClientFormat, EmbeddingsFrontEnd, FrontEnd, Resolve, ResponseMeta, StreamEncoder
+from tollway.pipeline.frontend import (
+    ClientFormat,
+    EmbeddingsFrontEnd,
+    FrontEnd,
+    HeaderGetter,
+    Resolve,
+    ResponseMeta,
+    StreamEncoder,
+)
 from tollway.pipeline.observe import Observer
 from tollway.pipeline.stage import Call, Stage, StreamTransform
 from tollway.pipeline.stages.audit import AuditStage
@@ -207,7 +215,11 @@ class Pipeline:
             return Reply(499, b"")
 
     async def answer_locally(
-        self, front: FrontEnd, inbound: Inbound, answer: Callable[[bytes, Resolve], bytes], operation: str
+        self,
+        front: FrontEnd,
+        inbound: Inbound,
+        answer: Callable[[bytes, Resolve, HeaderGetter], bytes],
+        operation: str,
     ) -> Reply:
         """A request the gateway answers itself, never a provider (Anthropic's ``count_tokens``):
         authenticated, resolved against the caller's aliases and checked like any request, but it
@@ -225,7 +237,7 @@ class Pipeline:
                 front.check_headers(headers)
                 limits = root.limits
                 raw = await inbound.read_body(limits.max_request_body_bytes, limits.body_read_timeout_s)
-                body = answer(raw, life.resolve)
+                body = answer(raw, life.resolve, headers)
                 call.status = 200
                 if self.audit is not None:
                     ctx = self._context(call, root, headers, 0)
@@ -279,7 +291,7 @@ class Pipeline:
         self, front: EmbeddingsFrontEnd, inbound: Inbound, root: PublishedRoot, call: Call, life: _Lifecycle
     ) -> Reply:
         raw = await self._admit(front, inbound, root, call, life)
-        ereq = front.decode(raw, life.resolve)
+        ereq = front.decode(raw, life.resolve, inbound.headers)
         if call.trace is not None:
             call.trace.mark("resolved")
         ctx = self._context(call, root, inbound.headers, estimate_request_tokens(ereq))
@@ -306,7 +318,7 @@ class Pipeline:
         headers = inbound.headers
         raw = await self._admit(front, inbound, root, call, life)
         limits = root.limits
-        creq = front.decode(raw, life.resolve)
+        creq = front.decode(raw, life.resolve, headers)
         trace = call.trace
         if trace is not None:
             trace.mark("resolved")

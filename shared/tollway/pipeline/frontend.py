@@ -104,7 +104,7 @@ class ClientFormat(Protocol):
 class EmbeddingsFrontEnd(ClientFormat, Protocol):
     """An embeddings format: one buffered request, one buffered answer, nothing streams."""
 
-    def decode(self, raw: bytes, resolve: Resolve) -> EmbeddingRequest: ...
+    def decode(self, raw: bytes, resolve: Resolve, headers: HeaderGetter | None = None) -> EmbeddingRequest: ...
 
     def encode_response(self, meta: ResponseMeta, resp: EmbeddingResponse, req: EmbeddingRequest) -> bytes: ...
 
@@ -112,8 +112,10 @@ class EmbeddingsFrontEnd(ClientFormat, Protocol):
 class FrontEnd(ClientFormat, Protocol):
     """One chat client format: decode a request, encode a response, a stream, or an error."""
 
-    def decode(self, raw: bytes, resolve: Resolve) -> CanonicalRequest:
-        """The canonical request for body ``raw``; raises the client's ``GatewayError``."""
+    def decode(self, raw: bytes, resolve: Resolve, headers: HeaderGetter | None = None) -> CanonicalRequest:
+        """The canonical request for body ``raw``; raises the client's ``GatewayError``. ``headers``
+        are the request's (already through :meth:`check_headers`), for a format whose headers shape
+        the request (Anthropic's ``anthropic-beta``); ``None`` reads as no such header."""
         ...
 
     def encode_response(self, meta: ResponseMeta, resp: CanonicalResponse, req: CanonicalRequest) -> bytes:

@@ -453,11 +453,11 @@ def test_thinking_is_refused_on_an_alias_with_an_openai_route_whatever_the_polic
 
 def test_the_interleaved_thinking_beta_lets_the_budget_exceed_max_tokens() -> None:
     doc = orjson.dumps(body(max_tokens=1024, thinking={"type": "enabled", "budget_tokens": 4096}))
-    ANTHROPIC_MESSAGES.check_headers(Headers(anthropic_beta=["interleaved-thinking-2025-05-14"]))
-    req = ANTHROPIC_MESSAGES.decode(doc, Resolver(plan()))
+    headers = Headers(anthropic_beta=["interleaved-thinking-2025-05-14"])
+    req = ANTHROPIC_MESSAGES.decode(doc, Resolver(plan()), headers)
     assert req.thinking_budget == 4096 and req.anthropic_beta == ("interleaved-thinking-2025-05-14",)
     with pytest.raises(InvalidRequest):
-        ANTHROPIC_MESSAGES.decode(doc, Resolver(plan()))  # the beta belonged to the request before
+        ANTHROPIC_MESSAGES.decode(doc, Resolver(plan()))  # without the beta, the budget must stay under
 
 
 def test_thinking_blocks_go_back_unchanged_in_order_before_tool_calls() -> None:
@@ -847,8 +847,9 @@ def test_an_older_or_malformed_anthropic_version_is_refused(version: str) -> Non
 
 
 def decode_with(beta: list[str], doc: dict[str, Any], p: AliasPlan) -> CanonicalRequest:
-    ANTHROPIC_MESSAGES.check_headers(Headers(anthropic_beta=beta))
-    return ANTHROPIC_MESSAGES.decode(orjson.dumps(doc), Resolver(p))
+    headers = Headers(anthropic_beta=beta)
+    ANTHROPIC_MESSAGES.check_headers(headers)
+    return ANTHROPIC_MESSAGES.decode(orjson.dumps(doc), Resolver(p), headers)
 
 
 def test_allowlisted_betas_are_carried_in_order_once_each() -> None:
@@ -879,9 +880,10 @@ def test_an_alias_with_an_openai_route_takes_only_betas_that_need_nothing_from_t
 
 
 def test_count_tokens_takes_the_betas_too() -> None:
-    ANTHROPIC_MESSAGES.check_headers(Headers(anthropic_beta=["context-1m-2025-08-07"]))
+    headers = Headers(anthropic_beta=["context-1m-2025-08-07"])
     with pytest.raises(UnsupportedParameter):
-        count_tokens(orjson.dumps(body()), Resolver(mixed()))
+        count_tokens(orjson.dumps(body()), Resolver(mixed()), headers)
+    count_tokens(orjson.dumps(body()), Resolver(mixed()))  # no header, no beta: nothing left over
 
 
 # Buffered answers.

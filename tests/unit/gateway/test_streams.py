@@ -236,3 +236,42 @@ async def test_a_client_that_leaves_mid_stream_closes_the_upstream_and_cancels_t
     assert (health.in_flight, health.consecutive_failures) == (0, 0)
     [upstream] = roots.transport.streams
     assert upstream.closed and upstream.delivered == 1
+
+
+async def test_a_cut_stream_that_carried_thinking_is_not_continued() -> None:
+    """A continuation would have to resend the thinking block, signed, as a prefill (Anthropic
+    refuses a prefill without it): the cut ends the stream with its own error, resume never asked."""
+    from contextlib import AsyncExitStack
+
+    from tollway.canonical import ThinkingDelta
+    from tollway.gateway import AttemptRecord, RecoverableStream
+
+    data = router_config(
+        0, 1, model={"streamRecovery": "continue"}, routes={1: {"capabilities": ["streaming", "assistantPrefill"]}}
+    )
+    roots, root = _publish(Script({}), data)
+    ctx = request_context(root)
+    target = root.aliases[ctx.plan.name].groups[0][0]
+    cut = UpstreamError(UpstreamCategory.TRUNCATED, detail="cut")
+
+    async def rest() -> Any:
+        yield TextDelta("Hello")
+        raise cut
+
+    asked: list[str] = []
+
+    async def resume(emitted: str) -> None:
+        asked.append(emitted)
+
+    committed = RecoverableStream(
+        ctx,
+        target,
+        AttemptRecord(1, target.route_id, "p0", 0.0),
+        AsyncExitStack(),
+        [ThinkingDelta(0, "hm")],
+        rest(),
+        resume,
+    )
+    seen, failure = await _drain(committed)
+    assert failure is cut and asked == []
+    assert _texts(seen) == ["Hello"] and committed.output_chars == len("hm") + len("Hello")
