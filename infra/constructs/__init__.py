@@ -3,7 +3,7 @@
 from infra.constructs.function import Resources, TollwayFunction
 from infra.constructs.gateway import Gateway, GatewayParameters
 from infra.constructs.observability import AlarmParameters, Observability
-from infra.constructs.storage import QueueWithDlq, bucket, table
+from infra.constructs.storage import QueueWithDlq, bucket, kms_key, table
 
 __all__ = [
     "AlarmParameters",
@@ -14,5 +14,6 @@ __all__ = [
     "Resources",
     "TollwayFunction",
     "bucket",
+    "kms_key",
     "table",
 ]

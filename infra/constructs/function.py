@@ -9,7 +9,7 @@ with broad IAM) and its retention comes from the topology.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, TypeVar, cast
 
 from aws_cdk import Duration, RemovalPolicy
@@ -17,6 +17,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
@@ -28,7 +29,7 @@ from constructs import Construct
 from infra.constructs.storage import construct_id
 from tollway.cloud.resources import FunctionSpec, Grant
 
-__all__ = ["ARCHITECTURE", "RUNTIME", "Resources", "TollwayFunction"]
+__all__ = ["ARCHITECTURE", "ENVELOPE_ACTIONS", "ITEM_ACTIONS", "RUNTIME", "Resources", "TollwayFunction"]
 
 RUNTIME: Final = lambda_.Runtime.PYTHON_3_13
 """The newest Lambda Python runtime that requires-python admits and every binary dependency has
@@ -36,29 +37,40 @@ wheels for; ``layers.build.TARGET`` builds the dependencies layer for the same v
 ARCHITECTURE: Final = lambda_.Architecture.X86_64
 """x86_64, as the dependencies layer's wheels (``manylinux2014_x86_64``) and the Web Adapter layer."""
 
+ITEM_ACTIONS: Final = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
+"""A table's ``item-read-write`` grant: one item at a time, by its key."""
+ENVELOPE_ACTIONS: Final = ("kms:GenerateDataKey", "kms:Decrypt")
+"""A KMS key's ``envelope`` grant: new data keys, and unwrapping stored ones."""
+
 _T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
 class Resources:
-    """The stack's queues, tables, buckets and secrets by spec key, for grants and triggers."""
+    """The stack's queues, tables, buckets, secrets and KMS keys by spec key, for grants and triggers."""
 
     queues: Mapping[str, sqs.IQueue]
     tables: Mapping[str, dynamodb.ITable]
     buckets: Mapping[str, s3.IBucket]
     secrets: Mapping[str, secretsmanager.ISecret]
+    keys: Mapping[str, kms.IKey] = field(default_factory=dict)
 
     def grant(self, grantee: iam.IGrantable, grant: Grant) -> None:
         """Apply one :class:`Grant` through the L2 ``grant_*`` method that matches its access.
 
         Bucket ``write`` is put-only (``grant_put``): writers here add immutable objects (pricing
-        snapshots, exports) and never need delete. A pair with no meaning (``secret``/``write``)
-        fails synth rather than silently granting more or less.
+        snapshots, exports) and never need delete. Table ``item-read-write`` is ``GetItem``,
+        ``PutItem`` and ``UpdateItem`` on the table alone (no index, ``Query``, ``Scan``, batch,
+        delete or export), and key ``envelope`` is ``GenerateDataKey`` and ``Decrypt``: the PII
+        vault's boundary (docs/pii-vault.md). A pair with no meaning (``secret``/``write``) fails
+        synth rather than silently granting more or less.
         """
         kind, key, access = grant.kind, grant.key, grant.access
         if kind == "queue" and access in ("send", "consume"):
             queue = _lookup(self.queues, grant)
             (queue.grant_send_messages if access == "send" else queue.grant_consume_messages)(grantee)
+        elif kind == "table" and access == "item-read-write":
+            _lookup(self.tables, grant).grant(grantee, *ITEM_ACTIONS)
         elif kind == "table" and access in ("read", "write", "read-write"):
             table = _lookup(self.tables, grant)
             {"read": table.grant_read_data, "write": table.grant_write_data, "read-write": table.grant_read_write_data}[
@@ -71,6 +83,8 @@ class Resources:
             )
         elif kind == "secret" and access == "read":
             _lookup(self.secrets, grant).grant_read(grantee)
+        elif kind == "key" and access == "envelope":
+            _lookup(self.keys, grant).grant(grantee, *ENVELOPE_ACTIONS)
         else:
             raise ValueError(f"unsupported grant: {access!r} on {kind} {key!r}")
 

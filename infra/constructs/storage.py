@@ -1,16 +1,20 @@
-"""Queues, tables and buckets, each built from its spec in ``tollway.cloud.resources``."""
+"""Queues, tables, buckets and KMS keys, each built from its spec in ``tollway.cloud.resources``."""
 
 from __future__ import annotations
 
 from aws_cdk import Aws, Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from tollway.cloud.resources import BucketSpec, QueueSpec, TableSpec
+from tollway.cloud.resources import BucketSpec, KeySpec, QueueSpec, TableSpec
 
-__all__ = ["QueueWithDlq", "bucket", "construct_id", "table"]
+__all__ = ["KEY_DELETION_WINDOW_DAYS", "QueueWithDlq", "bucket", "construct_id", "kms_key", "table"]
+
+KEY_DELETION_WINDOW_DAYS = 30
+"""The longest pending window KMS allows: a scheduled deletion can be cancelled for a month."""
 
 
 def construct_id(key: str, suffix: str) -> str:
@@ -107,5 +111,26 @@ def bucket(scope: Construct, spec: BucketSpec) -> s3.Bucket:
         enforce_ssl=True,
         versioned=spec.versioned,
         lifecycle_rules=rules,
+        removal_policy=RemovalPolicy.RETAIN,
+    )
+
+
+def kms_key(scope: Construct, spec: KeySpec) -> kms.Key:
+    """A symmetric customer-managed key with yearly rotation and its alias, retained with the stack.
+
+    The key policy is CDK's default: the account's IAM decides who may use it, so each
+    function's role gets exactly the actions of its grant (``envelope``: ``GenerateDataKey`` and
+    ``Decrypt``). Deleting the key would make everything it wrapped unreadable, so it is retained,
+    and a deletion scheduled by hand waits the longest window.
+    """
+    return kms.Key(
+        scope,
+        construct_id(spec.key, "Key"),
+        alias=spec.alias,
+        description=spec.description,
+        key_spec=kms.KeySpec.SYMMETRIC_DEFAULT,
+        key_usage=kms.KeyUsage.ENCRYPT_DECRYPT,
+        enable_key_rotation=spec.rotation,
+        pending_window=Duration.days(KEY_DELETION_WINDOW_DAYS),
         removal_policy=RemovalPolicy.RETAIN,
     )

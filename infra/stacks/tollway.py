@@ -1,5 +1,5 @@
-"""One stage of Tollway: the gateway, the workers, the queues, tables, buckets and secrets they use, and
-the alarms and dashboard that watch them.
+"""One stage of Tollway: the gateway, the workers, the queues, tables, buckets, KMS keys and secrets they
+use, and the alarms and dashboard that watch them.
 
 Every name and setting comes from the :class:`~tollway.cloud.resources.Topology` passed in; this
 module only decides how each spec becomes CloudFormation, so the local cloud bootstrap (which
@@ -21,7 +21,7 @@ from infra.assets import REPO_ROOT, LayerZips, stage_function_code
 from infra.constructs.function import ARCHITECTURE, RUNTIME, Resources, TollwayFunction
 from infra.constructs.gateway import Gateway, GatewayParameters
 from infra.constructs.observability import AlarmParameters, Observability
-from infra.constructs.storage import QueueWithDlq, bucket, construct_id, table
+from infra.constructs.storage import QueueWithDlq, bucket, construct_id, kms_key, table
 from tollway.cloud.resources import Topology
 from tollway.telemetry.emf import ENVIRONMENT_VARIABLE
 
@@ -56,6 +56,7 @@ class TollwayStack(Stack):
         self.queues = {q.key: QueueWithDlq(self, construct_id(q.key, "Queue"), spec=q) for q in topo.queues}
         self.tables = {t.key: table(self, t) for t in topo.tables}
         self.buckets = {b.key: bucket(self, b) for b in topo.buckets}
+        self.keys = {k.key: kms_key(self, k) for k in topo.keys}
         self.secrets = {
             s.key: secretsmanager.Secret.from_secret_name_v2(self, construct_id(s.key, "Secret"), s.name)
             for s in topo.secrets
@@ -65,6 +66,7 @@ class TollwayStack(Stack):
             tables=self.tables,
             buckets=self.buckets,
             secrets=self.secrets,
+            keys=self.keys,
         )
         layers = [
             lambda_.LayerVersion(
@@ -154,3 +156,5 @@ class TollwayStack(Stack):
             CfnOutput(self, construct_id(key, "TableName"), value=t.table_name)
         for key, b in self.buckets.items():
             CfnOutput(self, construct_id(key, "BucketName"), value=b.bucket_name)
+        for key, k in self.keys.items():
+            CfnOutput(self, construct_id(key, "KeyArn"), value=k.key_arn)

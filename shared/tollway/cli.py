@@ -526,6 +526,24 @@ def _command() -> str:
         return str(argv0)
 
 
+def _local_pii_key(stage: str) -> None:
+    """Keep the PII placeholder key where a deployment keeps it, in Secrets Manager (here the local
+    cloud's), and point the example config's ``pii.keySecretRef`` at it. A fresh random key for each
+    run: request-scoped placeholders never outlive their request."""
+    if os.environ.get("TOLLWAY_PII_KEY_REF"):
+        return
+    from tollway import aws
+
+    name = f"{stage}/pii-placeholder-key"
+    sm = aws.client("secretsmanager")
+    value = secrets.token_urlsafe(32)
+    try:
+        sm.create_secret(Name=name, SecretString=value)
+    except sm.exceptions.ResourceExistsException:
+        sm.put_secret_value(SecretId=name, SecretString=value)
+    os.environ["TOLLWAY_PII_KEY_REF"] = f"aws-sm:{name}"
+
+
 def _local_cloud_environment(endpoint: str, stage: str) -> None:
     """Point the gateway (and what later issues add to it) at the local cloud, never at AWS."""
     os.environ["AWS_ENDPOINT_URL"] = endpoint
@@ -566,6 +584,7 @@ def up(args: argparse.Namespace) -> None:
     demo_key = os.environ.get("TOLLWAY_DEMO_KEY") or "tw-demo-" + secrets.token_urlsafe(24)
     os.environ["TOLLWAY_DEMO_KEY"] = demo_key
     os.environ.setdefault("TOLLWAY_MOCK_PROVIDER_KEY", "mock-" + secrets.token_urlsafe(16))
+    os.environ.setdefault("TOLLWAY_PII_KEY", secrets.token_urlsafe(32))  # --no-cloud: the key stays in memory
     cloud_env = dict(os.environ)  # as the user gave it: the cloud decides what to start from it
     external = os.environ.get("AWS_ENDPOINT_URL", "").strip().rstrip("/")
     mock_port, cloud_port = up_ports(
@@ -588,6 +607,7 @@ def up(args: argparse.Namespace) -> None:
             write_state(UpState(endpoint, args.stage, os.environ["AWS_DEFAULT_REGION"], os.getpid()))
             hint = f"{_command()} audit list --since 10m"
             cloud_line = f"  cloud    : {endpoint} (stage {args.stage}; audit trail on: {hint})"
+            _local_pii_key(args.stage)
             preflight(config)  # aws-sm: references can be read now
         sock = _listen(args.host, args.port, "--port")
         base = f"http://{args.host}:{sock.getsockname()[1]}/v1"
@@ -599,7 +619,8 @@ def up(args: argparse.Namespace) -> None:
                     f"  demo key : {demo_key}",
                     cloud_line,
                     f"  metrics  : {base.removesuffix('/v1')}/metrics (Prometheus; docs/observability.md)",
-                    "  models   : chat-fast-v1 (OpenAI-format mock), chat-claude-v1 (Anthropic-format mock)",
+                    "  models   : chat-fast-v1 (OpenAI-format mock), chat-claude-v1 (Anthropic-format mock),",
+                    "             chat-pii-v1 (PII tokenized before the mock sees it), embed-small-v1 (embeddings)",
                     "",
                     "  from openai import OpenAI",
                     f'  client = OpenAI(base_url="{base}", api_key="{demo_key}")',

@@ -28,6 +28,7 @@ translated into a client-facing ``GatewayError`` only at the end of the attempt 
     │   ├── RateLimited                  429 rate_limited
     │   ├── BudgetExceeded               429 budget_exceeded
     │   ├── ProviderFailed               502 provider_error
+    │   │   ├── PiiUnresolved            502 pii_unresolved (reject-buffered: a placeholder did not come back)
     │   │   └── StreamInterrupted        the error frame of a stream that fails after its first token
     │   │       ├── StreamCut            upstream_stream_cut (the connection or stream ended early)
     │   │       ├── StreamStalled        upstream_stream_stalled (the provider went silent)
@@ -37,6 +38,7 @@ translated into a client-facing ``GatewayError`` only at the end of the attempt 
     │   ├── Overloaded                   503 overloaded (or admission.overloadStatus)
     │   ├── AuditUnavailable             503 audit_unavailable
     │   ├── BudgetUnavailable            503 budget_unavailable (hard limits fail closed)
+    │   ├── PiiUnavailable               503 pii_unavailable (the PII vault cannot take a mapping)
     │   └── DeadlineExceeded             504 deadline_exceeded
     ├── UpstreamError                    one attempt failed; typed by UpstreamCategory
     ├── SinkUnavailable                  the audit shipper's queue or topic refused a batch (tollway.audit.ship.sinks)
@@ -50,7 +52,11 @@ translated into a client-facing ``GatewayError`` only at the end of the attempt 
     ├── MalformedMessage                 an audit or usage queue message that does not decode (tollway.audit.messages)
     ├── BootstrapError                   a local-cloud resource could not be converged (tollway.cloud.bootstrap)
     ├── RunnerError                      a local event-source mapping cannot be set up (tollway.cloud.runner)
-    └── LocalCloudError                  the embedded local cloud did not start (tollway.cloud.local)
+    ├── LocalCloudError                  the embedded local cloud did not start (tollway.cloud.local)
+    ├── DetectorConfigError              a PII custom pattern or dictionary is unusable (tollway.pii.detectors)
+    └── VaultError                       the PII vault failed (tollway.pii.vault.base)
+        ├── VaultUnavailable             its store or key service failed
+        └── TokenExists                  an insert would overwrite a mapping
 
 Errors that are also a standard ``ValueError`` or ``RuntimeError`` keep that base too, so an
 ``except ValueError`` written before the tree existed still catches them. Which attempts are
@@ -81,6 +87,8 @@ __all__ = [
     "NotFound",
     "Overloaded",
     "PermissionDenied",
+    "PiiUnavailable",
+    "PiiUnresolved",
     "ProviderFailed",
     "RateLimited",
     "RequestTimeout",
@@ -244,6 +252,14 @@ class ProviderFailed(GatewayError):
     default_message = "The model provider returned an error."
 
 
+class PiiUnresolved(ProviderFailed):
+    """Under ``unresolvedTokenPolicy: reject-buffered``, the answer held a placeholder that did not
+    resolve exactly; nothing of it was sent."""
+
+    code = "pii_unresolved"
+    default_message = "The model's answer could not be restored exactly; it was withheld."
+
+
 class StreamInterrupted(ProviderFailed):
     """A stream failed after output had reached the client; only ever sent as its error frame."""
 
@@ -268,6 +284,13 @@ class ModelUnavailable(GatewayError):
     code = "model_unavailable"
     type = "server_error"
     default_message = "The selected model is temporarily unavailable."
+
+
+class PiiUnavailable(ModelUnavailable):
+    """The PII vault cannot record a mapping the request needs: it fails before any provider work."""
+
+    code = "pii_unavailable"
+    default_message = "Personal data protection is unavailable right now. Retry shortly."
 
 
 class UsageUnavailable(ModelUnavailable):

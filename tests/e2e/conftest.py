@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -12,6 +13,7 @@ import yaml
 from tests.support.processes import Gateway, Proc, new_key, start_gateway
 
 PROVIDER_KEY_ENV = "TOLLWAY_E2E_PROVIDER_KEY"
+PII_KEY_ENV = "TOLLWAY_E2E_PII_KEY"
 
 
 def _provider(ptype: str, base: str, account: str) -> dict[str, object]:
@@ -26,8 +28,9 @@ def _provider(ptype: str, base: str, account: str) -> dict[str, object]:
     }
 
 
-def build_config(mock_url: str, keys: dict[str, str]) -> dict[str, object]:
-    """Aliases for every e2e scenario; ``keys`` maps principal id to key digest."""
+def build_config(mock_url: str, keys: dict[str, str], *, pii: bool = False) -> dict[str, object]:
+    """Aliases for every e2e scenario; ``keys`` maps principal id to key digest. ``pii`` adds the PII
+    aliases, whose placeholder key the gateway reads from ``$TOLLWAY_E2E_PII_KEY``."""
     all_caps = ["streaming", "tools", "vision", "json_object", "json_schema"]
     anthropic_caps = ["streaming", "tools", "vision"]
     fault = mock_url + "/_fault/{spec}"
@@ -50,7 +53,7 @@ def build_config(mock_url: str, keys: dict[str, str]) -> dict[str, object]:
     def route(rid: str, provider: str, fmt: str = "openai-chat-completions", priority: int = 0) -> dict[str, object]:
         return {"id": rid, "provider": provider, "model": f"phys-{rid}", "providerFormat": fmt, "priority": priority}
 
-    models = [
+    models: list[dict[str, Any]] = [
         {"name": "chat-fast-v1", "capabilities": all_caps, "routes": [route("fast", "openai-ok")]},
         {
             "name": "chat-claude-v1",
@@ -95,6 +98,21 @@ def build_config(mock_url: str, keys: dict[str, str]) -> dict[str, object]:
             "routes": [route("embed-fb-primary", "openai-503"), route("embed-fb-secondary", "openai-ok", priority=1)],
         },
     ]
+    if pii:
+        models += [
+            {
+                "name": "pii-openai-v1",
+                "capabilities": ["streaming", "tools"],
+                "piiProfileId": "e2e-request",
+                "routes": [route("pii-openai", "openai-ok")],
+            },
+            {
+                "name": "pii-claude-v1",
+                "capabilities": ["streaming", "tools"],
+                "piiProfileId": "e2e-request",
+                "routes": [route("pii-claude", "anthropic-ok", "anthropic-messages")],
+            },
+        ]
     visible = [m["name"] for m in models if m["name"] != "chat-hidden-v1"]
     return {
         "maxRequestBodyBytes": 65536,
@@ -107,6 +125,16 @@ def build_config(mock_url: str, keys: dict[str, str]) -> dict[str, object]:
             "maxBackoffMs": 50,
             "circuitBreaker": {"failureThreshold": 1000, "resetTimeoutMs": 1000, "halfOpenRequests": 1},
         },
+        **(
+            {
+                "pii": {
+                    "keySecretRef": f"env:{PII_KEY_ENV}",
+                    "profiles": [{"id": "e2e-request", "detectors": ["email", "card", "iban", "phone"]}],
+                }
+            }
+            if pii
+            else {}
+        ),
         "principals": [
             {
                 "id": "team-a",
@@ -129,8 +157,13 @@ def gateway(mock_provider: Proc, tmp_path_factory: pytest.TempPathFactory) -> It
     key_a, digest_a = new_key()
     key_b, digest_b = new_key()
     config_path: Path = tmp_path_factory.mktemp("gw") / "llm-router.yml"
-    config_path.write_text(yaml.safe_dump(build_config(mock_provider.url, {"team-a": digest_a, "team-b": digest_b})))
-    gw = start_gateway(config_path, {PROVIDER_KEY_ENV: "sk-e2e-provider-credential-do-not-leak"})
+    config_path.write_text(
+        yaml.safe_dump(build_config(mock_provider.url, {"team-a": digest_a, "team-b": digest_b}, pii=True))
+    )
+    gw = start_gateway(
+        config_path,
+        {PROVIDER_KEY_ENV: "sk-e2e-provider-credential-do-not-leak", PII_KEY_ENV: "e2e-pii-key-" + "k" * 32},
+    )
     gw.keys = {"team-a": key_a, "team-b": key_b}
     yield gw
     gw.proc.stop()

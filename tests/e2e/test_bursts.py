@@ -54,6 +54,7 @@ def example_gateway(cloud: LocalCloud, prefix: str, mock_provider: Proc, tmp_pat
         "TOLLWAY_MOCK_URL": mock_provider.url,
         "TOLLWAY_MOCK_PROVIDER_KEY": "mock-burst-provider-key",
         "TOLLWAY_DEMO_KEY": key,
+        "TOLLWAY_PII_KEY": "burst-pii-placeholder-key-" + "k" * 16,
         "TOLLWAY_GOVERNANCE_STORE": "dynamodb",
         "TOLLWAY_TABLE_QUOTA_LEASES": leases.name,
         "TOLLWAY_AUDIT_SPOOL": str(tmp_path / "audit-wal"),

@@ -170,6 +170,30 @@ def test_up_brings_up_the_local_cloud_and_stops_all_of_it(tmp_path: Path) -> Non
         assert all(b["cost_micro_usd"] > 0 and b["unknown_cost_requests"] == 0 for b in usage["data"]), usage
         bad = httpx.get(lines["base URL"] + "/usage", params={"group_by": "color"}, headers=headers, timeout=10)
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
+        # The demo's PII alias: its placeholder key lives in the local cloud's Secrets Manager, and the
+        # caller gets the e-mail back while the audit record holds only the manifest.
+        pii_key = secrets_manager.get_secret_value(SecretId="e2e/pii-placeholder-key")["SecretString"]
+        assert len(pii_key) >= 32 and pii_key not in (tmp_path / "up.log").read_text()
+        with openai.OpenAI(base_url=lines["base URL"], api_key=lines["demo key"], max_retries=0) as sdk:
+            pii = sdk.chat.completions.create(
+                model="chat-pii-v1", messages=[{"role": "user", "content": "mail jane.doe@example.com"}]
+            )
+        assert "mail jane.doe@example.com" in (pii.choices[0].message.content or "")
+        shown = ""
+        for _ in range(60):
+            done = subprocess.run(
+                [sys.executable, "-m", "tollway.cli", "audit", "show", "req_" + pii.id.removeprefix("chatcmpl-")],
+                capture_output=True,
+                text=True,
+                env=audit_env,
+                timeout=30,
+            )
+            shown = done.stdout
+            if "pii pii-request" in shown:
+                break
+            time.sleep(0.3)
+        assert "pii pii-request" in shown and "replaced email=1" in shown and "exact=1" in shown, shown + done.stderr
+        assert "jane.doe" not in shown
     finally:
         _stop_up(proc)
         log.close()

@@ -60,6 +60,14 @@ def table_id(synth: Synth, name: str) -> str:
     return synth.one("AWS::DynamoDB::Table", TableName=name)[0]
 
 
+def key_id(synth: Synth, alias: str) -> str:
+    """The logical id of the KMS key that ``alias`` names."""
+    _, found = synth.one("AWS::KMS::Alias", AliasName=alias)
+    (target,) = refs(found["Properties"]["TargetKeyId"])
+    assert synth.json["Resources"][target]["Type"] == "AWS::KMS::Key"
+    return target
+
+
 def bucket_id(synth: Synth, spec: BucketSpec) -> str:
     want = spec.name(ACCOUNT, REGION)
     found = [k for k, v in synth.resources("AWS::S3::Bucket").items() if resolve(v["Properties"]["BucketName"]) == want]
@@ -83,6 +91,11 @@ EXPECTED_ACTIONS: dict[tuple[str, str], tuple[set[str], set[str]]] = {
     ("table", "read"): ({"dynamodb:GetItem", "dynamodb:Query"}, {"dynamodb:PutItem", "dynamodb:DeleteItem"}),
     ("table", "write"): ({"dynamodb:PutItem", "dynamodb:UpdateItem"}, {"dynamodb:GetItem", "dynamodb:Query"}),
     ("table", "read-write"): ({"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, set()),
+    ("table", "item-read-write"): (
+        {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+        {"dynamodb:Query", "dynamodb:Scan", "dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:*"},
+    ),
+    ("key", "envelope"): ({"kms:GenerateDataKey", "kms:Decrypt"}, {"kms:Encrypt", "kms:ReEncrypt*", "kms:*"}),
     ("bucket", "read"): ({"s3:GetObject*"}, {"s3:PutObject", "s3:DeleteObject*"}),
     ("bucket", "write"): ({"s3:PutObject"}, {"s3:GetObject*", "s3:DeleteObject*"}),
     ("bucket", "read-write"): ({"s3:GetObject*", "s3:PutObject"}, set()),
@@ -97,6 +110,8 @@ def resource_id(synth: Synth, grant: Grant) -> str:
         return queue_id(synth, topo.queue(grant.key).name)
     if grant.kind == "table":
         return table_id(synth, topo.table(grant.key).name)
+    if grant.kind == "key":
+        return key_id(synth, topo.kms_key(grant.key).alias)
     return bucket_id(synth, topo.bucket(grant.key))
 
 
@@ -119,7 +134,7 @@ def assert_grants(synth: Synth, function_name: str, grants: tuple[Grant, ...]) -
             actions = actions_on(stmts, target)
         assert must <= actions, (function_name, grant, actions)
         assert not must_not & actions, (function_name, grant, actions)
-    data = ("AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::S3::Bucket")
+    data = ("AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::S3::Bucket", "AWS::KMS::Key")
     for kind in data:
         for logical_id in synth.resources(kind):
             if logical_id not in granted:

@@ -10,7 +10,7 @@ from aws_cdk.assertions import Match
 
 from infra import emulator
 from infra.assets import CONFIG_NAME
-from infra.constructs.function import ARCHITECTURE, RUNTIME
+from infra.constructs.function import ARCHITECTURE, ENVELOPE_ACTIONS, ITEM_ACTIONS, RUNTIME
 from infra.constructs.gateway import ADAPTER_ENVIRONMENT, BUFFERED_HANDLER, DEFAULT_ADAPTER_LAYER_ARN
 from infra.stacks.tollway import AUDIT_ENVIRONMENT
 from layers.build import TARGET
@@ -21,6 +21,7 @@ from tests.infra.synth import (
     bucket_id,
     function,
     function_role,
+    key_id,
     queue_id,
     table_id,
 )
@@ -28,6 +29,7 @@ from tests.infra.template_tools import (
     ACCOUNT,
     REGION,
     actions_on,
+    as_list,
     refs,
     resolve,
     role_statements,
@@ -358,3 +360,83 @@ def test_the_runtime_is_the_one_the_layers_and_the_local_placeholder_are_built_f
     monkeypatch.setattr(emulator, "_client", lambda service: FakeLambda())
     emulator.publish_adapter_placeholder(STAGE)
     assert published["CompatibleRuntimes"] == [RUNTIME.name]
+
+
+def test_each_kms_key_is_symmetric_rotated_aliased_and_retained(synth: Synth) -> None:
+    assert synth.topology.keys
+    assert len(synth.resources("AWS::KMS::Key")) == len(synth.topology.keys)
+    for spec in synth.topology.keys:
+        key = synth.json["Resources"][key_id(synth, spec.alias)]
+        props = key["Properties"]
+        assert props["EnableKeyRotation"] is spec.rotation is True
+        assert props["KeySpec"] == "SYMMETRIC_DEFAULT"
+        assert props["KeyUsage"] == "ENCRYPT_DECRYPT"
+        assert props["Description"] == spec.description
+        assert props["PendingWindowInDays"] == 30
+        assert key["DeletionPolicy"] == "Retain"
+        assert key["UpdateReplacePolicy"] == "Retain"
+
+
+def test_the_pii_vault_table_is_one_item_per_token_with_ttl_recovery_and_encryption(synth: Synth) -> None:
+    spec = synth.topology.table("pii-vault")
+    _, table = synth.one("AWS::DynamoDB::Table", TableName=spec.name)
+    props = table["Properties"]
+    assert props["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"}]
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "expiresAt", "Enabled": True}
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert props["SSESpecification"]["SSEEnabled"] is True
+    assert "GlobalSecondaryIndexes" not in props, "nothing may look entries up but by their token"
+    assert "StreamSpecification" not in props, "a stream would be a second way to read every write"
+    assert table["DeletionPolicy"] == "Retain"
+
+
+def _vault_statements(stmts: list[dict[str, Any]], *logical_ids: str) -> list[dict[str, Any]]:
+    """Statements that reach one of ``logical_ids``, or every resource."""
+    return [s for s in stmts if set(logical_ids) & refs(s.get("Resource")) or "*" in as_list(s.get("Resource", []))]
+
+
+@pytest.mark.parametrize("suffix", ["", "-buffered"])
+def test_the_gateway_reads_and_writes_vault_items_one_by_one_and_can_neither_scan_query_nor_export(
+    synth: Synth, suffix: str
+) -> None:
+    vault = table_id(synth, synth.topology.table("pii-vault").name)
+    key = key_id(synth, synth.topology.kms_key("pii-vault").alias)
+    stmts = role_statements(synth.json, function_role(synth, synth.topology.gateway.name + suffix))
+    assert (
+        actions_on(stmts, vault)
+        == set(ITEM_ACTIONS)
+        == {
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+        }
+    )
+    assert actions_on(stmts, key) == set(ENVELOPE_ACTIONS) == {"kms:GenerateDataKey", "kms:Decrypt"}
+    for statement in _vault_statements(stmts, vault, key):
+        actions = set(as_list(statement["Action"]))
+        assert not actions & {"dynamodb:Scan", "dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:DeleteItem"}
+        assert not {a for a in actions if a.startswith(("dynamodb:Export", "dynamodb:PartiQL"))}
+        assert not {a for a in actions if a.endswith("*")}, statement
+        resources = json.dumps(statement.get("Resource"))
+        assert "/index/" not in resources and "/stream/" not in resources, statement
+
+
+def test_no_worker_can_touch_the_vault_or_its_key(synth: Synth, worker_synth: Synth) -> None:
+    for built in (synth, worker_synth):
+        vault = table_id(built, built.topology.table("pii-vault").name)
+        key = key_id(built, built.topology.kms_key("pii-vault").alias)
+        for spec in built.topology.functions:
+            stmts = role_statements(built.json, function_role(built, spec.name))
+            assert actions_on(stmts, vault) == set(), spec.name
+            assert actions_on(stmts, key) == set(), spec.name
+
+
+def test_the_gateway_finds_the_vault_table_and_key_in_its_environment(synth: Synth) -> None:
+    prefix = synth.topology.prefix
+    for suffix in ("", "-buffered"):
+        _, props = function(synth, synth.topology.gateway.name + suffix)
+        env = {k: resolve(v) for k, v in props["Environment"]["Variables"].items()}
+        assert env["TOLLWAY_TABLE_PII_VAULT"] == f"{prefix}-pii-vault"
+        assert env["TOLLWAY_PII_KMS_KEY_ID"] == f"alias/{prefix}-pii-vault"
+    outputs = [o["Value"] for o in synth.json["Outputs"].values()]
+    assert {"Fn::GetAtt": [key_id(synth, f"alias/{prefix}-pii-vault"), "Arn"]} in outputs

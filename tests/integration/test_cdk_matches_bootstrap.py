@@ -4,7 +4,8 @@ The synthesized template is rendered into the shape ``tollway.cloud.bootstrap.de
 back from a live endpoint; the bootstrap then runs on a real moto server and the two are compared
 field by field: queue names, timeouts, retention and redrive; table names, keys, attribute types,
 indexes, TTL and point-in-time recovery; bucket names, encryption, public access block,
-versioning and expiry. Secrets are left out on purpose: the stack only references them.
+versioning and expiry; KMS key aliases, descriptions, usage, spec and rotation. Secrets are left
+out on purpose: the stack only references them.
 """
 
 from __future__ import annotations
@@ -95,8 +96,24 @@ def _bucket(props: dict[str, Any], region: str) -> dict[str, Any]:
     }
 
 
+def _kms_key(res: dict[str, Any], alias: str) -> dict[str, Any] | None:
+    aliases = [v["Properties"] for v in res.values() if v["Type"] == "AWS::KMS::Alias"]
+    found = [a for a in aliases if a["AliasName"] == alias]
+    if not found:
+        return None
+    props = res[found[0]["TargetKeyId"]["Fn::GetAtt"][0]]["Properties"]
+    return {
+        "alias": alias,
+        "description": props.get("Description", ""),
+        "key_usage": props.get("KeyUsage", "ENCRYPT_DECRYPT"),
+        "key_spec": props.get("KeySpec", "SYMMETRIC_DEFAULT"),
+        "enabled": props.get("Enabled", True),
+        "rotation": props.get("EnableKeyRotation", False),
+    }
+
+
 def template_state(synth: Synth, region: str) -> dict[str, Any]:
-    """The template's queues, tables and buckets in ``describe``'s shape, keyed by spec key."""
+    """The template's queues, tables, buckets and keys in ``describe``'s shape, keyed by spec key."""
     res = synth.json["Resources"]
     topo = synth.topology
 
@@ -113,10 +130,13 @@ def template_state(synth: Synth, region: str) -> dict[str, Any]:
             t.key: _table(res[one("AWS::DynamoDB::Table", "TableName", t.name)]["Properties"]) for t in topo.tables
         },
         "buckets": {b.key: by_name.get(b.name(ACCOUNT, region)) for b in topo.buckets},
+        "keys": {k.key: _kms_key(res, k.alias) for k in topo.keys},
     }
 
 
-def test_the_stack_and_the_bootstrap_agree_on_every_queue_table_and_bucket(cloud: LocalCloud, tmp_path: Path) -> None:
+def test_the_stack_and_the_bootstrap_agree_on_every_queue_table_bucket_and_key(
+    cloud: LocalCloud, tmp_path: Path
+) -> None:
     stage = "agree-" + tmp_path.name[-6:].lower().replace("_", "-").strip("-")
     synth = synthesize(tmp_path / "synth", stage)
     assert synth.topology == topology(stage)
@@ -130,4 +150,5 @@ def test_the_stack_and_the_bootstrap_agree_on_every_queue_table_and_bucket(cloud
     assert rendered["queues"] == actual["queues"]
     assert rendered["tables"] == actual["tables"]
     assert rendered["buckets"] == actual["buckets"]
+    assert rendered["keys"] == actual["keys"]
     assert all(v is not None for section in rendered.values() for v in section.values())

@@ -137,6 +137,17 @@ def test_deploy_creates_each_bucket_named_for_the_account_and_region(deployed: D
         assert status == ("Enabled" if spec.versioned else None), name
 
 
+def test_deploy_creates_each_kms_key_rotated_and_usable_for_data_keys(deployed: Deployed) -> None:
+    kms = deployed.client("kms")
+    for spec in deployed.topology.keys:
+        meta = kms.describe_key(KeyId=spec.alias)["KeyMetadata"]
+        assert (meta["Description"], meta["KeyUsage"], meta["Enabled"]) == (spec.description, "ENCRYPT_DECRYPT", True)
+        assert kms.get_key_rotation_status(KeyId=meta["KeyId"])["KeyRotationEnabled"] is spec.rotation
+        data = kms.generate_data_key(KeyId=spec.alias, KeySpec="AES_256")
+        assert kms.decrypt(CiphertextBlob=data["CiphertextBlob"], KeyId=meta["Arn"])["Plaintext"] == data["Plaintext"]
+    assert "key    alias/" in deployed.output and "-pii-vault" in deployed.output
+
+
 def test_deploy_creates_both_gateway_deployments_and_every_worker(deployed: Deployed) -> None:
     aws_lambda = deployed.client("lambda")
     gateway = deployed.topology.gateway

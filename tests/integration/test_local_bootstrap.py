@@ -47,6 +47,7 @@ def test_bootstrap_creates_exactly_the_spec(cloud: LocalCloud, prefix: str) -> N
         **{("dlq", q.key): "created" for q in topo.queues},
         **{("table", t.key): "created" for t in topo.tables},
         **{("bucket", b.key): "created" for b in topo.buckets},
+        **{("key", k.key): "created" for k in topo.keys},
         ("secret", "openai"): "created",
         ("secret", "anthropic"): "absent",
     }
@@ -79,6 +80,12 @@ def test_bootstrap_creates_exactly_the_spec(cloud: LocalCloud, prefix: str) -> N
     assert state["buckets"]["config"]["versioned"] is True
     assert all(b["encryption"] == "AES256" and b["public_access_blocked"] for b in state["buckets"].values())
     assert state["secrets"] == {"openai": {"name": f"{prefix}/providers/openai"}, "anthropic": None}
+    assert state["tables"]["pii-vault"]["sort_key"] is None
+    assert state["tables"]["pii-vault"]["ttl_attribute"] == "expiresAt"
+    vault_key = state["keys"]["pii-vault"]
+    assert vault_key["alias"] == f"alias/{prefix}-pii-vault"
+    assert (vault_key["key_usage"], vault_key["key_spec"]) == ("ENCRYPT_DECRYPT", "SYMMETRIC_DEFAULT")
+    assert vault_key["enabled"] and vault_key["rotation"]
 
     stored = client(cloud, "secretsmanager").get_secret_value(SecretId=f"{prefix}/providers/openai")
     assert stored["SecretString"] == SECRET_VALUE
@@ -117,6 +124,10 @@ def test_bootstrap_converges_drifted_resources(cloud: LocalCloud, prefix: str) -
     bucket = topo.bucket("content").name(first.account, cloud.region)
     s3.delete_public_access_block(Bucket=bucket)
     s3.delete_bucket_lifecycle(Bucket=bucket)
+    kms = client(cloud, "kms")
+    vault_key = kms.describe_key(KeyId=topo.kms_key("pii-vault").alias)["KeyMetadata"]["KeyId"]
+    kms.disable_key_rotation(KeyId=vault_key)
+    kms.disable_key(KeyId=vault_key)
 
     report = bootstrap(topo, endpoint=cloud.endpoint, region=cloud.region, env=cloud.env())
 
@@ -125,6 +136,7 @@ def test_bootstrap_converges_drifted_resources(cloud: LocalCloud, prefix: str) -
         ("queue", "usage"): ("VisibilityTimeout",),
         ("table", "audit"): ("ttl",),
         ("bucket", "content"): ("public access block", "lifecycle"),
+        ("key", "pii-vault"): ("enabled", "rotation"),
     }
     state = describe(topo, endpoint=cloud.endpoint, region=cloud.region, env=cloud.env())
     assert state == expected_state(topo, account=first.account, region=cloud.region)
@@ -171,6 +183,22 @@ def test_errors_name_the_resource_and_endpoint_never_the_secret(cloud: LocalClou
     assert conflict.value.__cause__ is None and conflict.value.__suppress_context__
 
 
+def test_a_key_pending_deletion_is_reported_never_replaced(cloud: LocalCloud, prefix: str) -> None:
+    topo = topology(prefix)
+    bootstrap(topo, endpoint=cloud.endpoint, region=cloud.region, env=cloud.env())
+    kms = client(cloud, "kms")
+    alias = topo.kms_key("pii-vault").alias
+    key = kms.describe_key(KeyId=alias)["KeyMetadata"]["KeyId"]
+    kms.schedule_key_deletion(KeyId=key, PendingWindowInDays=7)
+
+    with pytest.raises(BootstrapError, match="pending deletion") as err:
+        bootstrap(topo, endpoint=cloud.endpoint, region=cloud.region, env=cloud.env())
+
+    assert alias in str(err.value)
+    assert kms.describe_key(KeyId=alias)["KeyMetadata"]["KeyId"] == key, "the alias still names the old key"
+    assert describe(topo, endpoint=cloud.endpoint, region=cloud.region, env=cloud.env())["keys"] == {"pii-vault": None}
+
+
 def test_unreachable_endpoint_is_named(prefix: str) -> None:
     endpoint = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(BootstrapError) as err:
@@ -181,7 +209,7 @@ def test_unreachable_endpoint_is_named(prefix: str) -> None:
 def test_describe_reports_missing_resources_as_none(cloud: LocalCloud, prefix: str) -> None:
     topo = topology(prefix)
     state = describe(topo, endpoint=cloud.endpoint, region=cloud.region, env=cloud.env())
-    assert set(state) == {"queues", "tables", "buckets", "secrets"}
+    assert set(state) == {"queues", "tables", "buckets", "keys", "secrets"}
     for kind in state.values():
         assert kind and all(value is None for value in kind.values())
     assert json.loads(json.dumps(state)) == state  # the CLI prints it as JSON

@@ -141,7 +141,23 @@ def _request_lines(r: RequestRecord) -> list[str]:
                 ("pricing", r.pricing_version),
             ]
         ),
+        *([_pii_line(r.pii)] if r.pii else []),
     ]
+
+
+def _pii_line(pii: dict[str, Any]) -> str:
+    """The PII manifest: profile, version, scope, counts per kind and recovery outcomes."""
+    counts = " ".join(f"{k}={v}" for k, v in sorted((pii.get("counts") or {}).items())) or "none"
+    recovery = " ".join(f"{k}={v}" for k, v in (pii.get("recovery") or {}).items())
+    return "  " + _line(
+        [
+            ("pii", pii.get("profile")),
+            ("detector", pii.get("detectorVersion")),
+            ("scope", pii.get("scope")),
+            ("replaced", counts),
+            ("recovery", recovery),
+        ]
+    )
 
 
 def _attempt_line(a: AttemptView) -> str:

@@ -299,8 +299,11 @@ def request_finished(
     pricing_version: str | None = None,
     pricing_tier: str | None = None,
     cost_evidence: str | None = None,
+    pii: Mapping[str, object] | None = None,
 ) -> AuditEvent:
-    """``usage``: prompt/completion/total (and cached/reasoning) tokens. ``cost`` is integer micro-USD
+    """``pii``: the PII manifest of a request under a PII profile (profile, detector version, scope,
+    counts per kind, a digest of what the provider was sent, recovery outcomes): never a value or a
+    placeholder. ``usage``: prompt/completion/total (and cached/reasoning) tokens. ``cost`` is integer micro-USD
     (``None``: unknown), priced at ``pricingVersion``; ``costEvidence`` says whether it rests on the
     provider's usage, a local estimate, or the kept reservation. The identity fields repeat
     ``request_admitted``'s so the usage reconciler needs this one event per request."""
@@ -324,6 +327,7 @@ def request_finished(
             "pricingTier": pricing_tier,
             "costEvidence": cost_evidence,
             "cancellation": cancellation,
+            **({"pii": dict(pii)} if pii is not None else {}),
         },
     )
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal
 
 from tollway.audit import events
@@ -231,6 +232,7 @@ class AuditRecorder:
         cost: CostRecord | None = None,
         commit: bool = False,
         evidence: UsageEvidence | None = None,
+        pii: Mapping[str, object] | None = None,
     ) -> None:
         """At the end. A buffered local-durable response waits for it when ``terminalCommitBeforeResponse``,
         and so does a stream whose ``[DONE]`` is held for it (``commit``, ``terminalCommitBeforeDone``).
@@ -274,6 +276,7 @@ class AuditRecorder:
                     pricing_version=cost.pricing_version if cost is not None else None,
                     pricing_tier=cost.tier if cost is not None else None,
                     cost_evidence=cost.evidence if cost is not None else None,
+                    pii=pii,
                 )
             )
             if self._durable and (commit or (self._terminal_commit and not stream)):

@@ -20,12 +20,17 @@ is one ``==`` (and "the CDK template matches" is one more renderer of the shape)
       "buckets": {"<key>": {"name": str, "encryption": "AES256" | "aws:kms" | None,
                             "public_access_blocked": bool, "versioned": bool,
                             "expire_after_days": int | None} | None},
+      "keys": {"<key>": {"alias": str, "description": str, "key_usage": "ENCRYPT_DECRYPT" | ...,
+                         "key_spec": "SYMMETRIC_DEFAULT" | ..., "enabled": bool,
+                         "rotation": bool} | None},
       "secrets": {"<key>": {"name": str} | None},
     }
 
 Keys are the spec's logical keys; ``None`` means the resource does not exist. The queue and
 table fields are named after the :class:`~tollway.cloud.resources.QueueSpec` and
-:class:`~tollway.cloud.resources.TableSpec` fields they come from.
+:class:`~tollway.cloud.resources.TableSpec` fields they come from. A KMS key is found by its
+alias; a key with another usage or spec, or one pending deletion, is a conflict the bootstrap
+reports rather than replaces (a new key could not decrypt what the old one wrapped).
 
 Two deliberate differences from the CDK stack: buckets get no TLS-only bucket policy (moto
 enforces ``aws:SecureTransport`` and would deny every request to its plain-HTTP endpoint), and
@@ -45,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from tollway.cloud.local import LOCAL_CREDENTIALS
-from tollway.cloud.resources import BucketSpec, QueueSpec, SecretSpec, TableSpec, Topology
+from tollway.cloud.resources import BucketSpec, KeySpec, QueueSpec, SecretSpec, TableSpec, Topology
 from tollway.exceptions import TollwayError
 
 __all__ = [
@@ -60,7 +65,7 @@ __all__ = [
 ]
 
 Action = Literal["created", "updated", "unchanged", "absent"]
-Kind = Literal["queue", "dlq", "table", "bucket", "secret"]
+Kind = Literal["queue", "dlq", "table", "bucket", "key", "secret"]
 
 _WAIT_S: Final = 60.0
 """Upper bound on waiting for a table or index to become ACTIVE (instant on moto)."""
@@ -624,6 +629,78 @@ def _expected_bucket(spec: BucketSpec, account: str, region: str) -> dict[str, A
     }
 
 
+# ---------------------------------------------------------------- KMS keys
+
+_KEY_USAGE: Final = "ENCRYPT_DECRYPT"
+_KEY_SPEC: Final = "SYMMETRIC_DEFAULT"
+
+
+def _key_metadata(kms: Any, alias: str) -> dict[str, Any] | None:
+    found = _get_or_none(kms.describe_key, frozenset({"NotFoundException"}), KeyId=alias)
+    return None if found is None else dict(found["KeyMetadata"])
+
+
+def _key_spec_of(meta: Mapping[str, Any]) -> str:
+    return str(meta.get("KeySpec") or meta.get("CustomerMasterKeySpec") or _KEY_SPEC)
+
+
+def _bootstrap_key(clients: Clients, spec: KeySpec) -> ResourceChange:
+    kms = clients.client("kms")
+    with boto_errors("key", spec.alias, clients.endpoint):
+        meta = _key_metadata(kms, spec.alias)
+        created = meta is None
+        changed: list[str] = []
+        if meta is None:
+            meta = kms.create_key(Description=spec.description, KeyUsage=_KEY_USAGE, KeySpec=_KEY_SPEC)["KeyMetadata"]
+            kms.create_alias(AliasName=spec.alias, TargetKeyId=meta["KeyId"])
+        else:
+            if meta.get("KeyState") == "PendingDeletion":
+                raise _Conflict("the key is pending deletion; cancel the deletion (CancelKeyDeletion) first")
+            if meta.get("KeyUsage") != _KEY_USAGE or _key_spec_of(meta) != _KEY_SPEC:
+                raise _Conflict(f"the alias names a {meta.get('KeyUsage')} {_key_spec_of(meta)} key, not {_KEY_USAGE}")
+            if not meta.get("Enabled", False):
+                kms.enable_key(KeyId=meta["KeyId"])
+                changed.append("enabled")
+            if meta.get("Description", "") != spec.description:
+                kms.update_key_description(KeyId=meta["KeyId"], Description=spec.description)
+                changed.append("description")
+        rotation = bool(kms.get_key_rotation_status(KeyId=meta["KeyId"]).get("KeyRotationEnabled"))
+        if rotation != spec.rotation:
+            (kms.enable_key_rotation if spec.rotation else kms.disable_key_rotation)(KeyId=meta["KeyId"])
+            changed.append("rotation")
+    if created:
+        return ResourceChange("key", spec.key, spec.alias, "created")
+    return ResourceChange("key", spec.key, spec.alias, "updated" if changed else "unchanged", tuple(changed))
+
+
+def _describe_key(clients: Clients, spec: KeySpec) -> dict[str, Any] | None:
+    kms = clients.client("kms")
+    with boto_errors("key", spec.alias, clients.endpoint):
+        meta = _key_metadata(kms, spec.alias)
+        if meta is None or meta.get("KeyState") == "PendingDeletion":
+            return None
+        rotation = bool(kms.get_key_rotation_status(KeyId=meta["KeyId"]).get("KeyRotationEnabled"))
+    return {
+        "alias": spec.alias,
+        "description": str(meta.get("Description", "")),
+        "key_usage": str(meta.get("KeyUsage")),
+        "key_spec": _key_spec_of(meta),
+        "enabled": bool(meta.get("Enabled", False)),
+        "rotation": rotation,
+    }
+
+
+def _expected_key(spec: KeySpec) -> dict[str, Any]:
+    return {
+        "alias": spec.alias,
+        "description": spec.description,
+        "key_usage": _KEY_USAGE,
+        "key_spec": _KEY_SPEC,
+        "enabled": True,
+        "rotation": spec.rotation,
+    }
+
+
 # ---------------------------------------------------------------- secrets
 
 
@@ -672,7 +749,7 @@ def bootstrap(
     secrets: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> BootstrapReport:
-    """Create or converge every queue, table, bucket and secret of ``topo`` on ``endpoint``.
+    """Create or converge every queue, table, bucket, KMS key and secret of ``topo`` on ``endpoint``.
 
     ``secrets`` maps a :class:`~tollway.cloud.resources.SecretSpec` key (``openai``) to the value
     to store, e.g. the mock provider key for local runs; secrets without a value are left as they
@@ -691,6 +768,7 @@ def bootstrap(
         changes += _bootstrap_queue(clients, queue)
     changes += [_bootstrap_table(clients, t) for t in topo.tables]
     changes += [_bootstrap_bucket(clients, b, account) for b in topo.buckets]
+    changes += [_bootstrap_key(clients, k) for k in topo.keys]
     changes += [_bootstrap_secret(clients, s, values.get(s.key)) for s in topo.secrets]
     return BootstrapReport(clients.endpoint, region, account, tuple(changes))
 
@@ -703,6 +781,7 @@ def describe(topo: Topology, *, endpoint: str, region: str, env: Mapping[str, st
         "queues": {q.key: _describe_queue(clients, q) for q in topo.queues},
         "tables": {t.key: _describe_table(clients, t) for t in topo.tables},
         "buckets": {b.key: _describe_bucket(clients, b, account) for b in topo.buckets},
+        "keys": {k.key: _describe_key(clients, k) for k in topo.keys},
         "secrets": {s.key: _describe_secret(clients, s) for s in topo.secrets},
     }
 
@@ -723,5 +802,6 @@ def expected_state(
         "queues": {q.key: _expected_queue(q) for q in topo.queues},
         "tables": tables,
         "buckets": {b.key: _expected_bucket(b, account, region) for b in topo.buckets},
+        "keys": {k.key: _expected_key(k) for k in topo.keys},
         "secrets": {s.key: ({"name": s.name} if s.key in secrets else None) for s in topo.secrets},
     }

@@ -16,6 +16,12 @@ ships), each send got slower as the queue grew: 29 ms of emulator CPU per 10-mes
 backlog of a few hundred messages, most of the shipper's measured cost. During a send the three
 counts are not computed (the send path never reads them); ``GetQueueAttributes`` still counts.
 
+It keeps a KMS key created by CloudFormation usable. moto stores such a key's ``KeyPolicy`` as
+the template's object rather than as JSON text, and every later call that checks the policy
+(``DescribeKey``, ``GenerateDataKey``, ``Decrypt``) then fails with a 500; the CDK stack's PII
+vault key, deployed with ``python -m infra.deploy --target local``, was unusable. The policy is
+stored as JSON text, as ``CreateKey`` stores it.
+
 And it lists moto's service packages once. To route a request, moto's dispatcher asks whether the
 host names a service by listing moto's package directory and ``stat``-ing each of its ~150
 entries, on every request: 27 % of the emulator's CPU while the audit shipper sent to SQS at
@@ -25,6 +31,7 @@ entries, on every request: 27 % of the emulator's CPU while the audit shipper se
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 import threading
@@ -93,6 +100,24 @@ def _sqs_send_without_counting() -> None:
         setattr(SQSBackend, name, flagged(getattr(SQSBackend, name)))
 
 
+def _kms_cloudformation_policy_as_text() -> None:
+    from moto.kms.models import Key
+
+    key_class: Any = Key
+    create = key_class.create_from_cloudformation_json.__func__
+
+    def create_from_cloudformation_json(
+        cls: type[Any], name: str, template: Any, account: str, region: str, /, **kw: Any
+    ) -> Any:
+        properties = dict(template.get("Properties") or {})
+        if isinstance(properties.get("KeyPolicy"), dict):
+            properties["KeyPolicy"] = json.dumps(properties["KeyPolicy"])
+            template = {**template, "Properties": properties}
+        return create(cls, name, template, account, region, **kw)
+
+    key_class.create_from_cloudformation_json = classmethod(create_from_cloudformation_json)
+
+
 def _list_services_once() -> None:
     from moto import backends
 
@@ -108,6 +133,7 @@ def patch_moto() -> None:
     """Apply the fixes to the moto imported in this process (the server's, or a test's)."""
     _serialize_dynamodb_writes()
     _sqs_send_without_counting()
+    _kms_cloudformation_policy_as_text()
     _list_services_once()
 
 

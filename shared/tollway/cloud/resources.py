@@ -1,8 +1,8 @@
 """The one source of truth for Tollway's cloud resources: names and settings, no cloud SDK.
 
 The CDK app (``infra/``) builds its stack from :func:`topology`, and the local cloud bootstrap
-(``tollway.cloud.bootstrap``) creates the same queues, tables, buckets and secrets on moto
-server or LocalStack from it. ``tests/infra`` proves the synthesized template and the spec agree.
+(``tollway.cloud.bootstrap``) creates the same queues, tables, buckets, KMS keys and secrets on
+moto server or LocalStack from it. ``tests/infra`` proves the synthesized template and the spec agree.
 
 Every name derives from one ``prefix`` (the stage), so two stages can share an account. Bucket
 names must be globally unique on AWS, so they also carry the account and region; the CDK app
@@ -23,6 +23,7 @@ __all__ = [
     "BucketSpec",
     "FunctionSpec",
     "Grant",
+    "KeySpec",
     "QueueSpec",
     "QueueTrigger",
     "ScheduleTrigger",
@@ -90,6 +91,24 @@ class BucketSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class KeySpec:
+    """A customer-managed symmetric KMS key (``ENCRYPT_DECRYPT``), found by its alias.
+
+    Functions find it through ``environment_variable``, which holds the alias name: the same
+    string on AWS and on a local cloud, where the key's own id is only known once it exists.
+    It is retained with the stack (deleting it would make what it encrypted unreadable).
+    """
+
+    key: str
+    alias: str
+    """``alias/<stage>-<key>``."""
+    description: str
+    environment_variable: str
+    rotation: bool = True
+    """Yearly automatic rotation of the key material (old material still decrypts)."""
+
+
+@dataclass(frozen=True, slots=True)
 class SecretSpec:
     """A Secrets Manager secret the operator creates (CDK references it; it never holds values)."""
 
@@ -117,14 +136,17 @@ class ScheduleTrigger:
     expression: str
 
 
-Access = Literal["read", "write", "read-write", "consume", "send"]
+Access = Literal["read", "write", "read-write", "item-read-write", "consume", "send", "envelope"]
+"""``item-read-write`` (tables): ``GetItem``, ``PutItem`` and ``UpdateItem`` only, no ``Query``,
+``Scan``, batch, delete or export: one item at a time, by its key. ``envelope`` (KMS keys):
+``GenerateDataKey`` and ``Decrypt``, what envelope encryption needs and nothing more."""
 
 
 @dataclass(frozen=True, slots=True)
 class Grant:
     """Least-privilege access of a function to one resource (by kind and key)."""
 
-    kind: Literal["queue", "table", "bucket", "secret"]
+    kind: Literal["queue", "table", "bucket", "secret", "key"]
     key: str
     access: Access
 
@@ -154,6 +176,7 @@ class Topology:
     buckets: tuple[BucketSpec, ...]
     secrets: tuple[SecretSpec, ...]
     functions: tuple[FunctionSpec, ...]
+    keys: tuple[KeySpec, ...] = ()
     log_retention_days: int = 30
     gateway: FunctionSpec = field(
         default_factory=lambda: FunctionSpec(
@@ -173,6 +196,9 @@ class Topology:
     def secret(self, key: str) -> SecretSpec:
         return _by_key(self.secrets, key)
 
+    def kms_key(self, key: str) -> KeySpec:
+        return _by_key(self.keys, key)
+
     def function(self, key: str) -> FunctionSpec:
         return _by_key((self.gateway, *self.functions), key)
 
@@ -180,6 +206,7 @@ class Topology:
         """The resource names every function (and the local runner) gets as environment.
 
         ``TOLLWAY_QUEUE_AUDIT`` holds the queue *name*; consumers resolve the URL once at start.
+        A KMS key's variable holds its alias name.
         """
         env = {"TOLLWAY_STAGE": self.prefix}
         for q in self.queues:
@@ -188,6 +215,8 @@ class Topology:
             env[f"TOLLWAY_TABLE_{_env_key(t.key)}"] = t.name
         for b in self.buckets:
             env[f"TOLLWAY_BUCKET_{_env_key(b.key)}"] = b.name(account, region)
+        for k in self.keys:
+            env[k.environment_variable] = k.alias
         return env
 
 
@@ -195,7 +224,7 @@ def _env_key(key: str) -> str:
     return key.upper().replace("-", "_")
 
 
-_T = TypeVar("_T", QueueSpec, TableSpec, BucketSpec, SecretSpec, FunctionSpec)
+_T = TypeVar("_T", QueueSpec, TableSpec, BucketSpec, SecretSpec, KeySpec, FunctionSpec)
 
 
 def _by_key(items: tuple[_T, ...], key: str) -> _T:
@@ -221,6 +250,9 @@ def topology(prefix: str = DEFAULT_PREFIX) -> Topology:
             TableSpec("usage-ledger", f"{p}-usage-ledger"),
             TableSpec("quota-leases", f"{p}-quota-leases", sort_key=None),
             TableSpec("idempotency", f"{p}-idempotency", sort_key=None, point_in_time_recovery=False),
+            # session-scoped PII mappings (docs/pii-vault.md): one item per token, values
+            # envelope-encrypted under the pii-vault key; TTL on expiresAt, checked on read too.
+            TableSpec("pii-vault", f"{p}-pii-vault", sort_key=None),
         ),
         buckets=(
             BucketSpec("config", p, versioned=True),
@@ -231,6 +263,14 @@ def topology(prefix: str = DEFAULT_PREFIX) -> Topology:
         secrets=(
             SecretSpec("openai", f"{p}/providers/openai", "API key for OpenAI-format provider deployments"),
             SecretSpec("anthropic", f"{p}/providers/anthropic", "API key for Anthropic-format provider deployments"),
+        ),
+        keys=(
+            KeySpec(
+                "pii-vault",
+                f"alias/{p}-pii-vault",
+                "Wraps the data keys of the PII vault's values (docs/pii-vault.md)",
+                environment_variable="TOLLWAY_PII_KMS_KEY_ID",
+            ),
         ),
         functions=(
             FunctionSpec(
@@ -278,6 +318,8 @@ def topology(prefix: str = DEFAULT_PREFIX) -> Topology:
                 Grant("table", "quota-leases", "read-write"),
                 Grant("table", "usage-ledger", "read"),
                 Grant("table", "idempotency", "read-write"),
+                Grant("table", "pii-vault", "item-read-write"),
+                Grant("key", "pii-vault", "envelope"),
                 Grant("bucket", "config", "read"),
                 Grant("bucket", "pricing", "read"),
                 Grant("bucket", "content", "read-write"),

@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING, TypeAlias
 import orjson
 
 from tollway.config.governance import compile_governance, compile_pricing, load_pricing_files, route_prices
+from tollway.config.pii import compile_pii_profiles, pii_keys
 from tollway.config.schema import ModelConfig, ProviderConfig, RouterConfig
 from tollway.exceptions import ConfigError, ConfigIssue
 from tollway.governance.policy import GovernanceSnapshot, PricingView
 from tollway.governance.principals import Principal, key_digest
+from tollway.pii.policy import PiiKeys, PiiProfile
 from tollway.pricing import PricingSnapshot
 from tollway.providers import FORMAT_CAPABILITIES, codec_for, embeddings_codec_for
 from tollway.providers.base import ProviderFormat, Target
@@ -104,6 +106,8 @@ class PublishedRoot:
     """Limits per key and alias, capacity per quota group (tollway.governance.policy)."""
     pricing: PricingView = field(default_factory=lambda: PricingView(None, MappingProxyType({}), MappingProxyType({})))
     """The pricing sub-snapshot: replaced alone by a pricing-only update."""
+    pii_keys: PiiKeys | None = None
+    """The placeholder keys, when some alias has a PII profile (``pii.keySecretRef``)."""
 
     def __repr__(self) -> str:
         return f"PublishedRoot(generation={self.generation}, digest={self.digest[:12]})"
@@ -256,7 +260,8 @@ class Publisher:
             same_route_retries=cfg.routing.sameRouteRetries,
         )
         deployments = self._deployments(cfg)
-        aliases = {m.name: self._plan(m, cfg, deployments, retry, circuit) for m in cfg.models}
+        profiles = compile_pii_profiles(cfg)
+        aliases = {m.name: self._plan(m, cfg, deployments, retry, circuit, profiles) for m in cfg.models}
         keys = self._keys(cfg)
         snapshot = self.published_pricing or load_pricing_files(cfg, self.config_dir)
         return self.restage(
@@ -269,6 +274,7 @@ class Publisher:
                 deployments=MappingProxyType(deployments),
                 governance=compile_governance(cfg, os.environ.get("TOLLWAY_TABLE_QUOTA_LEASES", "")),
                 pricing=compile_pricing(snapshot, aliases, route_prices(cfg)),
+                pii_keys=pii_keys(cfg, self.resolver) if any(p.pii for p in aliases.values()) else None,
             )
         )
 
@@ -320,6 +326,7 @@ class Publisher:
         deployments: Mapping[str, Deployment],
         retry: RetryPolicy,
         circuit: CircuitPolicy,
+        profiles: Mapping[str, PiiProfile],
     ) -> AliasPlan:
         default_out = model.defaultMaxOutputTokens or min(model.maxOutputTokens, 4096)
         by_priority: dict[int, list[RouteTarget]] = {}
@@ -368,6 +375,7 @@ class Publisher:
             image_url_policy=model.imageUrlPolicy,
             response_model=model.responseModel,
             stream_recovery=model.streamRecovery,
+            pii=profiles[model.piiProfileId] if model.piiProfileId else None,
         )
 
     def _keys(self, cfg: RouterConfig) -> dict[str, Principal]:

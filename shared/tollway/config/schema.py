@@ -99,6 +99,8 @@ class ModelConfig(_Model):
     """``chat`` (the three chat client APIs) or ``embeddings`` (``POST /v1/embeddings``): one per
     alias, since a model that does one does not do the other. An embeddings alias's client
     format is ``openai-embeddings``, and every route's provider format must be able to embed."""
+    piiProfileId: str | None = None
+    """The PII profile (``pii.profiles``) applied to this alias's requests; none: no tokenization."""
     maxEmbeddingInputs: int = Field(default=2048, ge=1, le=100_000)
     """The most inputs one embeddings request may carry (providers cap a batch: OpenAI at 2048)."""
     processingMode: str = "normalized"
@@ -410,6 +412,68 @@ class TelemetryConfig(_Model):
     tracing: TracingConfig = Field(default_factory=TracingConfig)
 
 
+class PiiPatternConfig(_Model):
+    """A custom detector: a regular expression whose matches are PII of type ``name``."""
+
+    name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+    pattern: str = Field(min_length=1, max_length=1000)
+
+
+class PiiDictionaryConfig(_Model):
+    """Literal terms (customer names, project code names) matched as whole words."""
+
+    name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+    terms: list[str] = Field(min_length=1, max_length=100_000)
+    caseSensitive: bool = False
+
+
+class PiiProfileConfig(_Model):
+    """What an alias's requests are scanned for, how placeholders are scoped, and what happens to a
+    placeholder that does not come back intact (docs/pii.md)."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    detectors: list[str] = Field(default_factory=lambda: ["email", "phone", "card", "iban", "ssn", "ipv4", "ipv6"])
+    customPatterns: list[PiiPatternConfig] = Field(default_factory=list, max_length=64)
+    dictionaries: list[PiiDictionaryConfig] = Field(default_factory=list, max_length=16)
+    scope: Literal["request", "session", "host"] = "request"
+    """``request``: mappings in the request's memory only. ``session``: in the vault, for the
+    principal's session (the session header). ``host``: stable across requests, linkable; refused
+    unless ``allowHostScope``."""
+    allowHostScope: bool = False
+    unresolvedTokenPolicy: Literal["leave-masked", "reject-buffered"] = "leave-masked"
+    streaming: bool = True
+    """Whether the alias may still stream. ``reject-buffered`` needs ``false``: the whole answer is
+    checked before any of it leaves."""
+    promptEnrichment: bool = False
+    """Add a short server-owned instruction to copy placeholders verbatim."""
+    dataClassifications: list[str] = Field(default_factory=list)
+    """The data classifications this profile covers; an alias that uses it may not claim others."""
+    sessionTtlSeconds: int = Field(default=3600, ge=60, le=7 * 24 * 3600)
+    """How long a session or host mapping lives in the vault."""
+
+
+class PiiVaultConfig(_Model):
+    """Where ``session`` and ``host`` mappings live (docs/pii-vault.md)."""
+
+    type: Literal["dynamodb", "memory"] = "dynamodb"
+    """``memory`` is one process's, lost on restart: for tests, never a durable scope."""
+    table: str = ""
+    """Empty uses ``$TOLLWAY_TABLE_PII_VAULT``."""
+    kmsKeyId: str = ""
+    """Empty uses ``$TOLLWAY_PII_KMS_KEY_ID``."""
+
+
+class PiiConfig(_Model):
+    """Reversible PII tokenization (docs/pii.md): profiles, the placeholder key, the vault."""
+
+    keySecretRef: str | None = None
+    """The key that authenticates placeholders (``env:NAME`` or ``aws-sm:<id>``, 32 bytes or more);
+    required once an alias uses a profile. Further keys, for rotation, in ``previousKeySecretRefs``."""
+    previousKeySecretRefs: list[str] = Field(default_factory=list, max_length=4)
+    vault: PiiVaultConfig | None = None
+    profiles: list[PiiProfileConfig] = Field(default_factory=list)
+
+
 class RouterConfig(_Model):
     enabled: bool = True
     pathPrefix: str = "/v1"
@@ -431,5 +495,6 @@ class RouterConfig(_Model):
     principals: list[PrincipalConfig] = Field(default_factory=list)
     audit: AuditConfig = Field(default_factory=AuditConfig)
     governance: GovernanceConfig = Field(default_factory=GovernanceConfig)
+    pii: PiiConfig = Field(default_factory=PiiConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     """Fixed at start: a reload does not change it."""

@@ -134,6 +134,7 @@ def check(cfg: RouterConfig) -> Findings:
     _check_principals(cfg, issues)
     _check_audit(cfg.audit, issues)
     _check_governance(cfg, issues)
+    _check_pii(cfg, issues)
     _check_telemetry(cfg, issues)
     return Findings(issues.items, issues.warnings)
 
@@ -639,3 +640,74 @@ def _check_governance(cfg: RouterConfig, issues: _Issues) -> None:
     pricing = gov.pricing
     if pricing.bucket and (pricing.catalogFile or pricing.overridesFile):
         issues.add("governance.pricing", "set either bucket or the catalog/overrides files, not both")
+
+
+def _check_pii(cfg: RouterConfig, issues: _Issues) -> None:  # noqa: C901 - one flat list of the seed's rules
+    """PII profiles: each referenced, each reference known, and no combination the seed refuses (a
+    streaming profile that would fail an answer after output, a durable scope without a durable vault,
+    host scope without approval)."""
+    pii = cfg.pii
+    if not pii.profiles and not any(m.piiProfileId for m in cfg.models) and pii.keySecretRef is None:
+        return
+    from tollway.pii.detectors import BUILTIN_KINDS as PII_KINDS
+    from tollway.pii.detectors import CustomPattern, DetectorConfigError, Dictionary, build_detector
+
+    ids: dict[str, int] = {}
+    for i, profile in enumerate(pii.profiles):
+        path = f"pii.profiles[{i}]"
+        if profile.id in ids:
+            issues.add(f"{path}.id", f"duplicate PII profile id {profile.id!r} (also pii.profiles[{ids[profile.id]}])")
+        ids.setdefault(profile.id, i)
+        unknown = [d for d in profile.detectors if d not in PII_KINDS]
+        if unknown:
+            issues.add(f"{path}.detectors", f"unknown detector {_quoted(unknown)}; known: {_quoted(PII_KINDS)}")
+        if not profile.detectors and not profile.customPatterns and not profile.dictionaries:
+            issues.add(
+                f"{path}.detectors", "a profile must detect something: list detectors, customPatterns or dictionaries"
+            )
+        try:
+            build_detector(
+                [d for d in profile.detectors if d in PII_KINDS],
+                [CustomPattern(c.name, c.pattern) for c in profile.customPatterns],
+                [Dictionary(d.name, tuple(d.terms), d.caseSensitive) for d in profile.dictionaries],
+            )
+        except DetectorConfigError as exc:
+            issues.add(f"{path}.customPatterns", str(exc))
+        if profile.streaming and profile.unresolvedTokenPolicy == "reject-buffered":
+            issues.add(
+                f"{path}.unresolvedTokenPolicy",
+                "reject-buffered checks the whole answer before any of it leaves: set streaming: false",
+            )
+        if profile.scope == "host" and not profile.allowHostScope:
+            issues.add(f"{path}.scope", "host scope makes placeholders linkable across requests; set allowHostScope")
+        if profile.scope != "request" and (pii.vault is None or pii.vault.type != "dynamodb"):
+            issues.add(f"{path}.scope", f"{profile.scope!r} scope needs a durable vault (pii.vault.type: dynamodb)")
+    used: set[str] = set()
+    for j, model in enumerate(cfg.models):
+        ref = model.piiProfileId
+        if ref is None:
+            continue
+        used.add(ref)
+        if ref not in ids:
+            issues.add(f"models[{j}].piiProfileId", f"unknown PII profile {ref!r}; it must be an id in pii.profiles")
+            continue
+        profile = pii.profiles[ids[ref]]
+        if profile.dataClassifications:
+            outside = set(model.dataClassifications) - set(profile.dataClassifications)
+            if outside:
+                issues.add(
+                    f"models[{j}].dataClassifications",
+                    f"PII profile {ref!r} does not cover {_quoted(outside)}",
+                )
+    for i, profile in enumerate(pii.profiles):
+        if profile.id not in used:
+            issues.add(f"pii.profiles[{i}].id", f"PII profile {profile.id!r} is used by no alias")
+    if used:
+        if pii.keySecretRef is None:
+            issues.add("pii.keySecretRef", "required: placeholders are authenticated with this key")
+    for k, ref in enumerate([pii.keySecretRef, *pii.previousKeySecretRefs]):
+        if ref is None:
+            continue
+        problem = _secret_ref_problem(ref)
+        if problem:
+            issues.add("pii.keySecretRef" if k == 0 else f"pii.previousKeySecretRefs[{k - 1}]", problem)

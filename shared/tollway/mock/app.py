@@ -53,6 +53,9 @@ Send = Callable[[Message], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 
 REQUEST_LOG_SIZE = 1000
+ECHO_LOGGED = 512
+"""How much of the text a request's answer echoes its log entry keeps (``echo``): what a test
+inspects to see what a provider was sent (that no PII reached it, say)."""
 
 _FORMATS: Final[dict[str, WireFormat]] = {
     "/v1/chat/completions": OpenAIChat(),
@@ -243,6 +246,7 @@ class MockApp:
         except RequestError as exc:
             await x.error(400, exc.message, param=exc.param)
             return
+        x.record["echo"] = req.echo[:ECHO_LOGGED]
         failing = faults is not NO_FAULTS and self._failing(faults)
         stall = faults.stall if failing else None
         if stall is not None and stall[0] < 0 and await _stalled(x.receive, stall[1]):

@@ -2,7 +2,8 @@
 
 The order is fixed: governance first (it may refuse, and it settles the cost the audit stage
 records), the audit recorder last (its first event goes in only once every other stage accepted
-the request). Capabilities that come later (PII, guardrails, capture) slot in between. A stage
+the request). PII tokenization sits between them, in the plans of aliases with a PII profile;
+capabilities that come later (guardrails, capture) slot in between too. A stage
 the root does not enable is left out of the plan, so a request never asks whether it is on.
 """
 
@@ -13,19 +14,23 @@ from tollway.governance.meter import Governor
 from tollway.pipeline.stage import Stage
 from tollway.pipeline.stages.audit import AuditStage
 from tollway.pipeline.stages.governance import GovernanceStage
+from tollway.pipeline.stages.pii import PiiStage
 from tollway.routing.plan import AliasPlan
 
 __all__ = ["stage_compiler"]
 
 
-def stage_compiler(governor: Governor | None, audit: AuditStage | None) -> StageCompiler:
+def stage_compiler(governor: Governor | None, audit: AuditStage | None, pii: PiiStage | None = None) -> StageCompiler:
     """The compiler ``Publisher.stages`` runs for every plan of every root it publishes."""
     governance = GovernanceStage(governor) if governor is not None else None
+    pii_stage = pii if pii is not None else PiiStage()
 
     def compile_stages(root: PublishedRoot, plan: AliasPlan) -> tuple[Stage, ...]:
         stages: list[Stage] = []
         if governance is not None and (root.governance.enabled or root.pricing.snapshot is not None):
             stages.append(governance)
+        if plan.pii is not None:
+            stages.append(pii_stage)
         if audit is not None:
             stages.append(audit)
         return tuple(stages)

@@ -21,6 +21,7 @@ from tollway.pipeline.stage import Call
 from tollway.telemetry.logs import trace_id_var
 
 if TYPE_CHECKING:
+    from tollway.pipeline.stages.pii import PiiState
     from tollway.telemetry.metrics import GatewayMetrics
     from tollway.telemetry.tracing import Tracer
 
@@ -109,6 +110,8 @@ class Observer:
         m.request_duration.child(op, alias, klass, code).observe(duration)
         if code in _BUDGET_CODES:
             m.budget_rejections.child(alias, code).inc()
+        if call.pii is not None:
+            _record_pii(m, alias, call.pii)
         if status == 499:
             m.client_disconnects.child(alias, "streaming" if call.committed_at else "before_answer").inc()
         if call.cut is not None:
@@ -219,3 +222,18 @@ class Observer:
                 fallbacks=fallbacks,
             ),
         )
+
+
+def _record_pii(m: GatewayMetrics, alias: str, state: PiiState) -> None:
+    """Counts only: never a value, a placeholder or a token id as a label."""
+    for kind, n in state.tokenized.counts.items():
+        m.pii_values.child(alias, kind).inc(n)
+    o = state.outcomes
+    for outcome, n in (
+        ("exact", o.exact),
+        ("left_masked", o.left_masked),
+        ("near_miss", o.near_miss),
+        ("omitted", state.omitted),
+    ):
+        if n:
+            m.pii_recoveries.child(alias, outcome).inc(n)

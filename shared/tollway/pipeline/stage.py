@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from tollway.gateway import RequestContext
     from tollway.governance.meter import CostRecord
     from tollway.governance.principals import Principal
+    from tollway.pipeline.stages.pii import PiiState
     from tollway.routing.plan import AliasPlan
     from tollway.telemetry.tracing import RequestTrace
 
@@ -43,6 +44,7 @@ class Call:
         "ctx",
         "cut",
         "operation",
+        "pii",
         "principal",
         "request",
         "request_id",
@@ -80,6 +82,8 @@ class Call:
         """Monotonic time the audit trail's first event went in (0: the request was not admitted to it)."""
         self.cost: CostRecord | None = None
         """What the request cost, settled by the governance stage's ``finish``."""
+        self.pii: PiiState | None = None
+        """The request's PII state (its mapping, what the audit trail records), under a PII profile."""
         self.commit = False
         """The terminal audit event must be durable before the stream's end frame leaves."""
 

@@ -18,6 +18,7 @@ from tollway.routing.strategies import RouteDecision, SelectionInput, Strategy, 
 from tollway.transport.base import Transport
 
 if TYPE_CHECKING:
+    from tollway.pii.policy import PiiProfile
     from tollway.pipeline.stage import Stage
 
 __all__ = ["AliasPlan", "Deployment", "RetryPolicy", "RouteTarget"]
@@ -90,6 +91,8 @@ class AliasPlan:
     """``chat`` or ``embeddings`` (``operations``)."""
     max_embedding_inputs: int = 2048
     """The most inputs one embeddings request may carry (``maxEmbeddingInputs``)."""
+    pii: PiiProfile | None = None
+    """The PII profile its requests are tokenized under (``piiProfileId``); ``None``: none."""
     stages: tuple[Stage, ...] = ()
     """The request stages this alias runs, in order, compiled in at publication
     (``tollway.pipeline.compile``): a stage the root does not enable is not here at all."""

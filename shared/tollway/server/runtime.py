@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,17 +18,19 @@ from typing import TYPE_CHECKING
 from tollway.audit.pipeline import AuditPipeline
 from tollway.config.loader import load_config_with_warnings
 from tollway.config.root import Publisher, RootHolder
-from tollway.config.schema import AuditConfig, CorsConfig, GovernanceConfig, TelemetryConfig
+from tollway.config.schema import AuditConfig, CorsConfig, GovernanceConfig, PiiVaultConfig, TelemetryConfig
 from tollway.exceptions import ConfigError, ConfigIssue, TollwayError
 from tollway.gateway import Gateway
 from tollway.governance.leases import LeasePolicy, LocalLedger
 from tollway.governance.meter import Governor
 from tollway.governance.store import DynamoDBLeaseStore, LeaseStore, LeaseStoreSettings, MemoryLeaseStore
+from tollway.pii.vault.base import PiiVault
 from tollway.pipeline.admission import Admission
 from tollway.pipeline.compile import stage_compiler
 from tollway.pipeline.core import Pipeline
 from tollway.pipeline.observe import Observer
 from tollway.pipeline.stages.audit import AuditStage
+from tollway.pipeline.stages.pii import PiiStage
 from tollway.transport import build_transport
 from tollway.transport.base import TransportFactory
 
@@ -62,6 +65,8 @@ class GatewayRuntime:
     tracer: Tracer | None = None
     pipeline: Pipeline | None = None
     """The request path (:meth:`attach_audit` builds it again with the audit recorder)."""
+    pii: PiiStage = field(default_factory=PiiStage)
+    """PII tokenization, in the plans of aliases with a PII profile; it owns the vault client."""
     _usage_ledger: UsageLedger | None = None
     _stamp: tuple[float, int] | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -77,8 +82,11 @@ class GatewayRuntime:
         # in-process store the lease is the limit, so no request waits on a refill.
         fraction = 1.0 if cfg.governance.store == "memory" else cfg.governance.leaseFraction
         governor = Governor(LocalLedger(_lease_store(cfg.governance), LeasePolicy(fraction=fraction)))
+        pii = PiiStage(_vault_factory(cfg.pii.vault))
         publisher = Publisher(
-            config_dir=config_path.parent, transport_factory=transport_factory, stages=stage_compiler(governor, None)
+            config_dir=config_path.parent,
+            transport_factory=transport_factory,
+            stages=stage_compiler(governor, None, pii),
         )
         root = publisher.publish(cfg)
         _log_warnings(warnings)
@@ -91,6 +99,7 @@ class GatewayRuntime:
             governance_config=cfg.governance,
             cors_config=cfg.cors,
             telemetry_config=cfg.telemetry,
+            pii=pii,
         )
         runtime._stamp = stamp  # taken before the read, so a write during start-up is seen by the watch
         runtime._start_telemetry()
@@ -140,7 +149,7 @@ class GatewayRuntime:
             hold_done=cfg.durability == "local-durable" and cfg.terminalCommitBeforeDone,
             observer=self.observer,
         )
-        self.publisher.stages = stage_compiler(self.gateway.governor, stage)
+        self.publisher.stages = stage_compiler(self.gateway.governor, stage, self.pii)
         self.holder.swap(self.publisher.restage(self.holder.root))
 
     def usage_ledger(self) -> UsageLedger | None:
@@ -265,7 +274,27 @@ class GatewayRuntime:
         store = self.governor.ledger.store
         if isinstance(store, DynamoDBLeaseStore):
             store.close()
+        await self.pii.aclose()
         await self.publisher.aclose()
+
+
+def _vault_factory(cfg: PiiVaultConfig | None) -> Callable[[], PiiVault] | None:
+    """How the PII stage builds its vault on first use (``None``: no durable scope is configured).
+    The DynamoDB vault reads its table and key from the config, else the environment."""
+    if cfg is None:
+        return None
+    if cfg.type == "memory":
+        from tollway.pii.vault.memory import MemoryPiiVault
+
+        return MemoryPiiVault
+
+    def dynamodb() -> PiiVault:
+        from tollway.pii.vault.dynamodb import DynamoDBPiiVault, DynamoDBVaultSettings
+
+        settings = DynamoDBVaultSettings.from_env(table=cfg.table or None, kms_key_id=cfg.kmsKeyId or None)
+        return DynamoDBPiiVault(settings)
+
+    return dynamodb
 
 
 def _log_warnings(warnings: list[ConfigIssue]) -> None:

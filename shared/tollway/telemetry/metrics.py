@@ -328,6 +328,17 @@ class GatewayMetrics:
             ["alias", "kind"],
         )
         # Admission and governance.
+        self.pii_values = counter(
+            "tollway_pii_values",
+            "PII values replaced by placeholders before a provider saw them, by alias and PII kind.",
+            ["alias", "kind"],
+        )
+        self.pii_recoveries = counter(
+            "tollway_pii_recoveries",
+            "Placeholders in answers by outcome: exact (restored; preserved), left_masked (complete but "
+            "unresolvable: invented), near_miss (altered), omitted (sent and never returned).",
+            ["alias", "outcome"],
+        )
         self.budget_rejections = counter(
             "tollway_budget_rejections",
             "Requests refused by a budget, a rate limit or an unreachable budget store.",

@@ -2,11 +2,13 @@
 
 An SQS send must not walk the queue's backlog, and the queue's approximate counts must stay
 right. The server-side counterpart, against a running ``tollway.cloud.moto_server``, is in
-``tests/integration/test_local_bootstrap.py``.
+``tests/integration/test_local_bootstrap.py``. A KMS key that CloudFormation created must stay
+usable (its server-side counterpart is ``tests/integration/test_deploy_local.py``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +17,7 @@ import boto3
 import pytest
 from moto import backends, mock_aws
 from moto.dynamodb.models import DynamoDBBackend
+from moto.kms.models import Key
 from moto.sqs.models import Message, Queue, SQSBackend
 
 from tollway.cloud import moto_server
@@ -32,6 +35,7 @@ def patched(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in moto_server._WRITES:
         monkeypatch.setattr(DynamoDBBackend, name, DynamoDBBackend.__dict__[name])
     monkeypatch.setattr(backends, "list_of_moto_modules", backends.list_of_moto_modules)
+    monkeypatch.setattr(Key, "create_from_cloudformation_json", Key.__dict__["create_from_cloudformation_json"])
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
     moto_server.patch_moto()
@@ -121,3 +125,50 @@ def test_the_service_list_is_read_once_and_unchanged(monkeypatch: pytest.MonkeyP
         assert "sqs" in services and "dynamodb" in services
         assert list(services) == unpatched
     assert listings[0] == 1
+
+
+KEY_TEMPLATE = {
+    "Resources": {
+        "VaultKey": {
+            "Type": "AWS::KMS::Key",
+            "Properties": {
+                "Description": "wraps data keys",
+                "EnableKeyRotation": True,
+                "KeyPolicy": {  # an object, as CDK writes it, not JSON text
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"AWS": "arn:aws:iam::123456789012:root"},
+                            "Action": "kms:*",
+                            "Resource": "*",
+                        }
+                    ],
+                },
+            },
+        },
+        "VaultKeyAlias": {
+            "Type": "AWS::KMS::Alias",
+            "Properties": {"AliasName": "alias/t-pii-vault", "TargetKeyId": {"Fn::GetAtt": ["VaultKey", "Arn"]}},
+        },
+    }
+}
+
+
+@mock_aws
+def test_a_kms_key_from_cloudformation_can_be_described_and_used(patched: None) -> None:
+    boto3.client("cloudformation", region_name=REGION).create_stack(
+        StackName="keys", TemplateBody=json.dumps(KEY_TEMPLATE)
+    )
+    kms = boto3.client("kms", region_name=REGION)
+    meta = kms.describe_key(KeyId="alias/t-pii-vault")["KeyMetadata"]
+    assert (meta["Description"], meta["Enabled"]) == ("wraps data keys", True)
+    assert kms.get_key_rotation_status(KeyId=meta["KeyId"])["KeyRotationEnabled"] is True
+    data = kms.generate_data_key(KeyId="alias/t-pii-vault", KeySpec="AES_256")
+    assert kms.decrypt(CiphertextBlob=data["CiphertextBlob"], KeyId=meta["Arn"])["Plaintext"] == data["Plaintext"]
+    assert (
+        json.loads(kms.get_key_policy(KeyId=meta["KeyId"], PolicyName="default")["Policy"])
+        == (
+            KEY_TEMPLATE["Resources"]["VaultKey"]["Properties"]["KeyPolicy"]  # type: ignore[index]
+        )
+    )

@@ -249,7 +249,7 @@ async def test_a_cut_stream_that_carried_thinking_is_not_continued() -> None:
     data = router_config(
         0, 1, model={"streamRecovery": "continue"}, routes={1: {"capabilities": ["streaming", "assistantPrefill"]}}
     )
-    roots, root = _publish(Script({}), data)
+    _, root = _publish(Script({}), data)
     ctx = request_context(root)
     target = root.aliases[ctx.plan.name].groups[0][0]
     cut = UpstreamError(UpstreamCategory.TRUNCATED, detail="cut")

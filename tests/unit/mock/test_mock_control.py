@@ -63,6 +63,7 @@ async def test_requests_are_recorded_without_credential_values(client: httpx.Asy
         "messages": 2,
         "faults": "",
         "status": 200,
+        "echo": "b",  # the text its answer echoes: what a test checks the provider was sent
     }
     assert second["path"] == "/_fault/status=429/v1/messages"
     assert (second["format"], second["stream"], second["auth"], second["messages"]) == ("anthropic", True, True, 1)

@@ -59,6 +59,7 @@ _FINISHED_FIELDS: Final = (
     *_fields("outcome", "errorCode", "usageEvidence", "pricingVersion", "cancellation", kind="str"),
     *_fields("admissionMs", "totalMs", "cost", kind="number"),
     _Field("usage", "usage"),
+    _Field("pii", "pii"),
 )
 _REJECTED_FIELDS: Final = (
     _Field("principalId", "str", required=True),
@@ -102,10 +103,36 @@ def _valid(value: object, kind: str) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if kind == "number":
         return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "pii":
+        return _pii_manifest(value)
     return (
         isinstance(value, dict)
         and len(value) <= _MAX_USAGE_KEYS
         and all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in value.items())
+    )
+
+
+def _counts(value: object) -> bool:
+    return (
+        isinstance(value, dict)
+        and len(value) <= _MAX_USAGE_KEYS
+        and all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in value.items())
+    )
+
+
+def _pii_manifest(value: object) -> bool:
+    """The PII manifest: short strings, and two maps of counts; nothing else (no value could hide in it)."""
+    if not isinstance(value, dict) or set(value) - {
+        "profile",
+        "detectorVersion",
+        "scope",
+        "digest",
+        "counts",
+        "recovery",
+    }:
+        return False
+    return all(
+        _counts(v) if k in ("counts", "recovery") else isinstance(v, str) and len(v) <= 200 for k, v in value.items()
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from tollway.audit.store.layout import ATTEMPT_SK_PREFIX, REQUEST_SK, request_id_of
@@ -78,6 +79,8 @@ class RequestRecord:
     """Integer micro-USD (``None``: unknown)."""
     pricing_version: str | None = None
     cancellation: str | None = None
+    pii: dict[str, Any] | None = None
+    """The PII manifest, for a request under a PII profile (docs/pii.md)."""
     expires_at: int | None = None
     rejected_at_ms: int | None = None
     """When its ``request_rejected`` was appended: answered 4xx before admission."""
@@ -135,6 +138,22 @@ def _usage(item: Mapping[str, Any]) -> dict[str, int] | None:
     return {str(k): v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
+def _pii(item: Mapping[str, Any]) -> dict[str, Any] | None:
+    value = item.get("pii")
+    if not isinstance(value, dict):
+        return None
+    return {str(k): _plain(v) for k, v in value.items()}
+
+
+def _plain(value: Any) -> Any:
+    """DynamoDB's numbers are ``Decimal``s: the manifest's counts come back as ints."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Decimal):
+        return int(value)
+    return value
+
+
 def request_record(item: Mapping[str, Any], request_id: str | None = None) -> RequestRecord:
     """The request of a ``REQUEST`` item, however little of it is stored; the id from its key."""
     rid = request_id or request_id_of(item.get("pk")) or _str(item, "requestId") or ""
@@ -164,6 +183,7 @@ def request_record(item: Mapping[str, Any], request_id: str | None = None) -> Re
         cost=_int(item, "cost"),
         pricing_version=_str(item, "pricingVersion"),
         cancellation=_str(item, "cancellation"),
+        pii=_pii(item),
         expires_at=_int(item, "expiresAt"),
         rejected_at_ms=_int(item, "rejectedAt"),
     )

@@ -41,6 +41,7 @@ class AuditStage(BaseStage):
             admitted_at=call.admitted_at,
             cost=call.cost,
             commit=call.commit,
+            pii=call.pii.manifest() if call.pii is not None else None,
         )
 
     def rejected(self, call: Call, root_digest: str) -> None:

@@ -1,0 +1,1 @@
+"""Reversible PII tokenization: detectors, authenticated placeholders, recovery and the vault."""
