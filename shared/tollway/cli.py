@@ -1,4 +1,4 @@
-"""The ``tollway`` command: ``up``, ``serve``, ``audit`` and ``config validate``.
+"""The ``tollway`` command: ``up``, ``serve``, ``audit``, ``config validate`` and ``pii conformance``.
 
 ``serve`` and ``up`` check what they can before anything listens, and fail with one line and
 exit status 2: the configuration loads and validates, every secret it references resolves
@@ -189,11 +189,13 @@ def preflight(config_path: str, *, env_secrets_only: bool = False) -> None:
     is running).
     """
     from tollway.config.loader import load_config
+    from tollway.config.pii import check_preservation
     from tollway.exceptions import ConfigError
     from tollway.secrets import SecretResolver
 
     try:
         cfg = load_config(Path(config_path))
+        check_preservation(cfg, Path(config_path).parent)  # reads pii.conformanceFile, as publication does
     except ConfigError as exc:
         _print_issues(config_path, exc, prefix="tollway: error: ")
         raise SystemExit(2) from None
@@ -640,10 +642,12 @@ def up(args: argparse.Namespace) -> None:
 
 def config_validate(path: str) -> int:
     from tollway.config.loader import load_config_with_warnings
+    from tollway.config.pii import check_preservation
     from tollway.exceptions import ConfigError
 
     try:
         cfg, warnings = load_config_with_warnings(Path(path))
+        check_preservation(cfg, Path(path).parent)
     except ConfigError as exc:
         _print_issues(path, exc)
         return 1
@@ -652,6 +656,46 @@ def config_validate(path: str) -> int:
     for issue in warnings:  # accepted, but written settings that cannot take effect
         print(f"  warning: {issue}", file=sys.stderr)
     return 0
+
+
+def pii_conformance(args: argparse.Namespace) -> int:
+    """Measure how each alias's deployment keeps placeholders over the preservation corpus (docs/pii.md).
+
+    Exit status 0 when every case got an answer (or a ``pii_unresolved`` refusal, itself a
+    measurement), 1 when some request failed otherwise, 2 on bad arguments.
+    """
+    from tollway.pii.conformance import ConformanceError, load_corpus, run
+
+    key = args.key or os.environ.get("TOLLWAY_KEY", "")
+    if not key:
+        _fail("--key (or $TOLLWAY_KEY) is required: a Tollway key allowed on every --model")
+    models: dict[str, str] = {}
+    for spec in args.model:
+        alias, _, label = spec.partition("=")
+        label = label or alias
+        if not alias or label in models:
+            _fail(f"--model {spec!r}: give ALIAS or ALIAS=LABEL, each label once")
+        models[label] = alias
+    try:
+        corpus = load_corpus(args.corpus)
+    except ConformanceError as exc:
+        _fail(str(exc))
+    results = run(
+        args.base_url,
+        key,
+        [(alias, label) for label, alias in models.items()],
+        corpus,
+        concurrency=args.concurrency,
+        timeout_s=args.timeout,
+    )
+    if args.out:
+        Path(args.out).write_bytes(results.to_json())
+    else:
+        sys.stdout.buffer.write(results.to_json())
+    for line in results.summary():
+        print(line, file=sys.stderr if not args.out else sys.stdout)
+    failed = any(code != "502 pii_unresolved" for d in results.deployments.values() for code in d.errors)
+    return 1 if failed else 0
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -720,6 +764,34 @@ def _parser() -> argparse.ArgumentParser:
     cfg_sub = p_cfg.add_subparsers(dest="config_command", required=True)
     p_val = cfg_sub.add_parser("validate", help="validate an llm-router.yml and print every error with its path")
     p_val.add_argument("file")
+
+    p_pii = sub.add_parser("pii", help="PII tools: pii conformance")
+    pii_sub = p_pii.add_subparsers(dest="pii_command", required=True)
+    p_conf = pii_sub.add_parser(
+        "conformance",
+        help="measure how deployments keep PII placeholders over the preservation corpus",
+        description="Send the preservation corpus through a gateway to each alias and write the rates of "
+        "preserved, altered, omitted and hallucinated placeholders (docs/pii.md).",
+        formatter_class=_HelpFormatter,
+    )
+    p_conf.add_argument(
+        "--base-url",
+        required=True,
+        help="the gateway's OpenAI base URL, e.g. http://127.0.0.1:8080/v1 (default: none, required)",
+    )
+    p_conf.add_argument("--key", help="a Tollway key allowed on every alias (default: $TOLLWAY_KEY)")
+    p_conf.add_argument(
+        "--model",
+        action="append",
+        required=True,
+        metavar="ALIAS[=LABEL]",
+        help="an alias with a PII profile; repeat for more. LABEL (e.g. a route id) keys its result instead "
+        "(default: none, required)",
+    )
+    p_conf.add_argument("--out", help="write the results JSON here (default: stdout)")
+    p_conf.add_argument("--corpus", help="a corpus file (default: the bundled preservation-v1)")
+    p_conf.add_argument("--concurrency", type=int, default=4, help="requests in flight at once")
+    p_conf.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
     return parser
 
 
@@ -743,6 +815,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "config":
         return config_validate(args.file)
+    if args.command == "pii":
+        return pii_conformance(args)
 
     return 0
 

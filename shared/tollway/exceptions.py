@@ -54,6 +54,7 @@ translated into a client-facing ``GatewayError`` only at the end of the attempt 
     ├── RunnerError                      a local event-source mapping cannot be set up (tollway.cloud.runner)
     ├── LocalCloudError                  the embedded local cloud did not start (tollway.cloud.local)
     ├── DetectorConfigError              a PII custom pattern or dictionary is unusable (tollway.pii.detectors)
+    ├── ConformanceError                 a PII preservation corpus or results file is unusable (tollway.pii.conformance)
     └── VaultError                       the PII vault failed (tollway.pii.vault.base)
         ├── VaultUnavailable             its store or key service failed
         └── TokenExists                  an insert would overwrite a mapping

@@ -4,26 +4,41 @@ Detectors are compiled once per publication (custom patterns and dictionaries in
 request only runs them. The keys come through the secret resolver like provider credentials:
 ``pii.keySecretRef`` is the current key, ``previousKeySecretRefs`` keys still accepted while
 placeholders minted under them may be alive.
+
+A profile with ``minPreservationRate`` admits only deployments measured to keep placeholders at
+that rate (docs/pii.md, *Does the model keep the placeholders?*). Publication reads
+``pii.conformanceFile`` (the results of ``tollway pii conformance``) every time, so a new
+measurement takes effect on the next reload, and refuses each route of such an alias whose
+result is missing or below the threshold. A route's result is the one labelled with its route id
+(measured through a single-route alias) or, failing that, its alias's (all its routes together).
+Embeddings aliases are not checked: no answer of theirs carries placeholders back.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+from pathlib import Path
 
 from tollway.config.schema import RouterConfig
 from tollway.exceptions import ConfigError, ConfigIssue
+from tollway.pii.conformance import ConformanceError, Results, load_results
 from tollway.pii.detectors import CustomPattern, Dictionary, build_detector
 from tollway.pii.placeholders import PlaceholderKey, PlaceholderMinter
 from tollway.pii.policy import PiiKeys, PiiProfile
 from tollway.secrets import SecretResolver
 
-__all__ = ["MIN_KEY_BYTES", "compile_pii_profiles", "pii_keys"]
+__all__ = ["MIN_KEY_BYTES", "check_preservation", "compile_pii_profiles", "pii_keys"]
 
 MIN_KEY_BYTES = 32
 
 
-def compile_pii_profiles(cfg: RouterConfig) -> dict[str, PiiProfile]:
-    """Every profile an alias uses, by id (validation has refused unused and unknown ones)."""
+def compile_pii_profiles(cfg: RouterConfig, base: Path | None = None) -> dict[str, PiiProfile]:
+    """Every profile an alias uses, by id (validation has refused unused and unknown ones).
+
+    Raises ``ConfigError`` when a route is ineligible for its alias's profile (``base``: where a
+    relative ``pii.conformanceFile`` is found)."""
+    check_preservation(cfg, base)
     used = {m.piiProfileId for m in cfg.models if m.piiProfileId}
     out: dict[str, PiiProfile] = {}
     for p in cfg.pii.profiles:
@@ -62,3 +77,59 @@ def pii_keys(cfg: RouterConfig, resolver: SecretResolver) -> PiiKeys:
             current = raw
         keys.append(PlaceholderKey(raw, hashlib.sha256(raw).hexdigest()[:8]))
     return PiiKeys(PlaceholderMinter(keys), current)
+
+
+def check_preservation(cfg: RouterConfig, base: Path | None = None) -> None:
+    """Refuse every route below its alias's profile's ``minPreservationRate`` (or never measured)."""
+    thresholds = {p.id: p.minPreservationRate for p in cfg.pii.profiles if p.minPreservationRate is not None}
+    gated = [
+        (j, m) for j, m in enumerate(cfg.models) if m.piiProfileId in thresholds and "embeddings" not in m.operations
+    ]
+    if not gated:
+        return
+    results = _read_results(cfg.pii.conformanceFile, base)
+    issues: list[ConfigIssue] = []
+    for j, model in gated:
+        profile = model.piiProfileId
+        assert profile is not None
+        need = thresholds[profile]
+        assert need is not None
+        for k, route in enumerate(model.routes):
+            label = route.id if route.id in results.deployments else model.name
+            found = results.deployments.get(label)
+            if found is None:
+                message = (
+                    f"deployment {route.id!r} has no conformance result in pii.conformanceFile ({results.corpus}; "
+                    f"looked up as {route.id!r} and {model.name!r}), required by PII profile {profile!r}'s "
+                    f"minPreservationRate {_percent(need)}"
+                )
+            elif found.preserved < need:
+                through = "" if found.alias == label else f" through {found.alias!r}"
+                message = (
+                    f"deployment {route.id!r} preserves {_percent(found.preserved, floor=True)} of placeholders "
+                    f"({results.corpus}, measured as {label!r}{through}), below PII profile {profile!r}'s "
+                    f"minPreservationRate {_percent(need)}"
+                )
+            else:
+                continue
+            issues.append(ConfigIssue(f"models[{j}].routes[{k}]", message))
+    if issues:
+        raise ConfigError(issues)
+
+
+def _read_results(name: str, base: Path | None) -> Results:
+    path = Path(name) if base is None or Path(name).is_absolute() else base / name
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError([ConfigIssue("pii.conformanceFile", f"cannot read {name!r} ({exc.strerror})")]) from None
+    try:
+        return load_results(raw)
+    except ConformanceError as exc:
+        raise ConfigError([ConfigIssue("pii.conformanceFile", f"{name!r}: {exc}")]) from None
+
+
+def _percent(rate: float, *, floor: bool = False) -> str:
+    """``0.95`` as ``95%``. A measurement rounds down (``0.9549`` as ``95.4%``): never up to a threshold it misses."""
+    tenths = math.floor(rate * 1000 + 1e-9) if floor else round(rate * 1000)
+    return f"{tenths / 10:g}%"

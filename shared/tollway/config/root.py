@@ -260,7 +260,7 @@ class Publisher:
             same_route_retries=cfg.routing.sameRouteRetries,
         )
         deployments = self._deployments(cfg)
-        profiles = compile_pii_profiles(cfg)
+        profiles = compile_pii_profiles(cfg, self.config_dir)
         aliases = {m.name: self._plan(m, cfg, deployments, retry, circuit, profiles) for m in cfg.models}
         keys = self._keys(cfg)
         snapshot = self.published_pricing or load_pricing_files(cfg, self.config_dir)

@@ -450,6 +450,10 @@ class PiiProfileConfig(_Model):
     """The data classifications this profile covers; an alias that uses it may not claim others."""
     sessionTtlSeconds: int = Field(default=3600, ge=60, le=7 * 24 * 3600)
     """How long a session or host mapping lives in the vault."""
+    minPreservationRate: float | None = Field(default=None, ge=0, le=1)
+    """The share of placeholders a deployment must bring back exactly, as measured over the
+    preservation corpus (``pii.conformanceFile``), for an alias with this profile to be published
+    on it; ``None``: no requirement."""
 
 
 class PiiVaultConfig(_Model):
@@ -472,6 +476,9 @@ class PiiConfig(_Model):
     previousKeySecretRefs: list[str] = Field(default_factory=list, max_length=4)
     vault: PiiVaultConfig | None = None
     profiles: list[PiiProfileConfig] = Field(default_factory=list)
+    conformanceFile: str = ""
+    """The results ``tollway pii conformance`` wrote, read at every publication when a profile sets
+    ``minPreservationRate``; a relative path is relative to the config file's folder."""
 
 
 class RouterConfig(_Model):

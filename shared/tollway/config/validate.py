@@ -705,6 +705,12 @@ def _check_pii(cfg: RouterConfig, issues: _Issues) -> None:  # noqa: C901 - one 
     if used:
         if pii.keySecretRef is None:
             issues.add("pii.keySecretRef", "required: placeholders are authenticated with this key")
+        gated = [p.id for p in pii.profiles if p.id in used and p.minPreservationRate is not None]
+        if gated and not pii.conformanceFile:
+            issues.add(
+                "pii.conformanceFile",
+                f"required: PII profile {gated[0]!r} sets minPreservationRate, measured by `tollway pii conformance`",
+            )
     for k, ref in enumerate([pii.keySecretRef, *pii.previousKeySecretRefs]):
         if ref is None:
             continue

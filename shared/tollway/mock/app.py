@@ -29,7 +29,16 @@ from typing import Any, Final
 import orjson
 
 from tollway.mock.anthropic_messages import AnthropicMessages
-from tollway.mock.content import DEFAULT_CHUNKS, MockRequest, TextReply, json_reply, split_text, text_reply, tool_reply
+from tollway.mock.content import (
+    DEFAULT_CHUNKS,
+    MockRequest,
+    TextReply,
+    json_reply,
+    placeholder_reply,
+    split_text,
+    text_reply,
+    tool_reply,
+)
 from tollway.mock.faults import (
     NO_FAULTS,
     FaultSpec,
@@ -273,6 +282,10 @@ class MockApp:
             if prefill and reply.text.startswith(prefill) and len(reply.text) > len(prefill):
                 rest = reply.text[len(prefill) :]
                 reply = TextReply(rest, split_text(rest, chunks), len(rest.split()), reply.truncated)
+        if faults.placeholders is not None:
+            reply = placeholder_reply(
+                reply, faults.placeholders, req.echo, chunks, structured=req.json_format is not None
+            )
         if req.stream:
             await self._stream(x, req, reply, faults, failing)
         else:

@@ -13,6 +13,11 @@ Usage is deterministic too: prompt tokens are ``ceil(characters of message text 
 completion tokens are the reply's word count (for a tool call, ``ceil(len(name + arguments) / 4)``;
 for a JSON reply, ``ceil(len(json) / 4)``).
 
+Under the ``placeholders`` fault, :func:`placeholder_reply` plays a model that handles the
+gateway's PII placeholders well or badly: it copies, alters, drops or invents them
+(docs/mock-provider.md). The grammar is written out here (:data:`PLACEHOLDER_RE`) because the
+mock imports nothing of the gateway.
+
 Extended thinking (Anthropic's ``thinking``) is ``"Mock thinking about: "`` and the echo's first
 :data:`THINKING_WORDS` words, signed with :func:`thinking_signature`, a digest of the text, so the
 mock can tell a thinking block sent back unchanged from one that was not.
@@ -35,6 +40,9 @@ from tollway.mock.json_instance import instance
 __all__ = [
     "DEFAULT_CHUNKS",
     "ECHO_WORDS",
+    "FORGED_PLACEHOLDER",
+    "PLACEHOLDER_MODES",
+    "PLACEHOLDER_RE",
     "THINKING_WORDS",
     "JsonFormat",
     "MockRequest",
@@ -45,6 +53,8 @@ __all__ = [
     "content_text",
     "json_reply",
     "pick_tool",
+    "placeholder_reply",
+    "placeholder_text",
     "split_text",
     "text_reply",
     "thinking",
@@ -63,6 +73,15 @@ _FILLER = (
     "mike november oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu"
 ).split()
 _TOKEN = re.compile(r"\S+\s*")
+
+PLACEHOLDER_RE = re.compile(r"\[TWPII1_([A-Z0-9]{1,12})_([A-Z2-7]{16})_([A-Z2-7]{13})\]")
+"""A PII placeholder as the gateway mints it, ``[TWPII1_<KIND>_<16 base32>_<13 base32>]``; groups:
+kind, id, mac. It mirrors ``tollway.pii.placeholders.PLACEHOLDER_RE`` (a test keeps them equal)."""
+
+FORGED_PLACEHOLDER = "[TWPII1_EMAIL_MOCKMOCKMOCKMOCK_MOCKMOCKMOCKM]"
+"""What ``placeholders=invent`` adds: well-formed, so only its MAC can tell that no gateway minted it."""
+
+PLACEHOLDER_MODES = ("echo", "alter", "drop", "invent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,11 +228,76 @@ def json_reply(fmt: JsonFormat, echo: str, words: int | None, chunks: int) -> Te
 
 def tool_reply(tool: ToolSpec, chunks: int) -> ToolReply:
     arguments = tool_arguments(tool.schema)
+    tokens = math.ceil((len(tool.name) + len(arguments)) / 4)
+    return ToolReply(tool.name, arguments, _fragments(arguments, chunks), tokens)
+
+
+def _fragments(arguments: str, chunks: int) -> tuple[str, ...]:
     count = max(1, min(max(chunks, MIN_TOOL_FRAGMENTS), len(arguments)))
     size = len(arguments)
-    fragments = tuple(arguments[i * size // count : (i + 1) * size // count] for i in range(count))
-    tokens = math.ceil((len(tool.name) + len(arguments)) / 4)
-    return ToolReply(tool.name, arguments, fragments, tokens)
+    return tuple(arguments[i * size // count : (i + 1) * size // count] for i in range(count))
+
+
+def _alter(match: re.Match[str]) -> str:
+    kind = match.group(1)
+    lowered = kind.lower()
+    if lowered == kind:  # a kind of digits only: the closing bracket goes instead
+        return match.group()[:-1]
+    return f"[TWPII1_{lowered}_{match.group(2)}_{match.group(3)}]"
+
+
+def placeholder_text(text: str, mode: str, *, append: bool = True) -> str:
+    """``text`` with its placeholders handled as ``mode`` says.
+
+    ``echo`` leaves them; ``alter`` lower-cases each one's kind (``[TWPII1_email_…]``, a near miss;
+    a kind without letters loses its closing bracket instead); ``drop`` removes them; ``invent``
+    adds :data:`FORGED_PLACEHOLDER` after the last one, or at the end of a text that has none when
+    ``append`` (never in JSON, which must stay JSON). Placeholders hold no quote or backslash, so
+    JSON text stays valid whatever the mode.
+    """
+    if mode == "alter":
+        return PLACEHOLDER_RE.sub(_alter, text)
+    if mode == "drop":
+        return PLACEHOLDER_RE.sub("", text)
+    if mode == "invent":
+        end = -1
+        for match in PLACEHOLDER_RE.finditer(text):
+            end = match.end()
+        if end >= 0:
+            return f"{text[:end]} {FORGED_PLACEHOLDER}{text[end:]}"
+        return f"{text} {FORGED_PLACEHOLDER}" if append else text
+    return text
+
+
+def _carry(arguments: str, echo: str) -> str:
+    """Tool arguments whose first string value is the echo's placeholders, as a model that copies
+    them into the call would write it; unchanged when the echo has none."""
+    found = list(dict.fromkeys(m.group() for m in PLACEHOLDER_RE.finditer(echo)))
+    if not found:
+        return arguments
+    args = orjson.loads(arguments)
+    for key, value in args.items():
+        if isinstance(value, str):
+            args[key] = " ".join(found)
+            return orjson.dumps(args).decode()
+    return arguments
+
+
+def placeholder_reply(
+    reply: TextReply | ToolReply, mode: str, echo: str, chunks: int, *, structured: bool = False
+) -> TextReply | ToolReply:
+    """``reply`` as a model in placeholder ``mode`` writes it: its text (JSON when ``structured``),
+    or a tool call whose first string argument carries the placeholders of ``echo``. Deltas are cut
+    again; token counts stay those of the reply."""
+    if isinstance(reply, ToolReply):
+        arguments = placeholder_text(_carry(reply.arguments, echo), mode, append=False)
+        if arguments == reply.arguments:
+            return reply
+        return ToolReply(reply.name, arguments, _fragments(arguments, chunks), reply.completion_tokens)
+    text = placeholder_text(reply.text, mode, append=not structured)
+    if text == reply.text:
+        return reply
+    return TextReply(text, split_text(text, chunks), reply.completion_tokens, reply.truncated)
 
 
 def pick_tool(tools: Sequence[Any], forced: str | None, schema_key: str) -> ToolSpec | None:

@@ -40,6 +40,9 @@ context_window=<n>  400 context-length refusal, in the format's words, for promp
 no_prefill=1        400 for a request whose last message is an assistant prefill (else the mock
                     continues a prefill that begins its reply, with the rest of that reply)
 require_auth=1      401 unless ``Authorization: Bearer`` (OpenAI) / ``x-api-key`` (Anthropic)
+placeholders=<m>    PII placeholders in the reply: ``echo`` (as without it), ``alter`` (each kind
+                    lower-cased: a near miss), ``drop`` (removed), ``invent`` (a forged one added);
+                    any mode also copies the request's placeholders into a tool call
 tag=<s>             no effect; separates ``fail_first`` counters
 ==================  ==========================================================================
 """
@@ -50,6 +53,8 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from tollway.mock.content import PLACEHOLDER_MODES
 
 __all__ = [
     "FAULT_KEYS",
@@ -90,7 +95,7 @@ _INT_KEYS = frozenset(
         "no_prefill",
     }
 )
-_TEXT_KEYS = frozenset({"retry_after", "error_type", "abort_mode", "tag"})
+_TEXT_KEYS = frozenset({"retry_after", "error_type", "abort_mode", "tag", "placeholders"})
 FAULT_KEYS: frozenset[str] = _INT_KEYS | _TEXT_KEYS | frozenset(_ALIASES)
 """Every key a fault spec accepts, aliases included."""
 
@@ -131,6 +136,8 @@ class FaultSpec:
     no_done: bool = False
     context_window: int | None = None
     no_prefill: bool = False
+    placeholders: str | None = None
+    """How the reply treats PII placeholders (``content.PLACEHOLDER_MODES``); ``None``: untouched, no work."""
 
     def delay_s(self, seq: int) -> float:
         """Seconds to wait before answering request ``seq``: ``delay_ms`` plus its jitter.
@@ -233,6 +240,9 @@ def _build(items: tuple[tuple[str, str], ...]) -> FaultSpec:
         _check_retry_after(str(values["retry_after"]))
     if values.get("abort_mode", "close") not in ("close", "reset"):
         raise FaultSpecError("mock fault abort_mode must be 'close' or 'reset'")
+    if values.get("placeholders", "echo") not in PLACEHOLDER_MODES:
+        modes = ", ".join(PLACEHOLDER_MODES)
+        raise FaultSpecError(f"mock fault placeholders must be one of {modes}, got {values['placeholders']!r}")
     for flag in ("require_auth", "no_done", "no_prefill"):
         if flag in values:
             values[flag] = bool(values[flag])
