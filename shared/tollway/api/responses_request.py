@@ -396,9 +396,21 @@ def _max_output_tokens(body: dict[str, Any], plan: AliasPlan) -> int | None:
     return value
 
 
-def _refuse_unknown_fields(body: dict[str, Any]) -> None:
+_SAME_IN_CHAT = frozenset({"prompt_cache_key", "safety_identifier"})
+"""Responses fields that Chat Completions has too, with the same meaning: an alias that allowlists
+them (``allowedParameters``) gets them passed on, as a Chat Completions request would."""
+
+
+def _refuse_unknown_fields(body: dict[str, Any], plan: AliasPlan) -> dict[str, Any]:
+    """The fields the alias allowlists, to pass on; every other field outside the profile is refused."""
+    extensions: dict[str, Any] = {}
     for key, value in body.items():
         if key in _PROFILE or value is None:
+            continue
+        if key in _SAME_IN_CHAT and key in plan.allowed_parameters:
+            if not isinstance(value, str) or len(value) > 512:
+                raise _bad(f"'{key}' must be a string of at most 512 characters.", key)
+            extensions[key] = value
             continue
         served = _DEFAULT_ONLY.get(key)
         if served is not None:
@@ -409,6 +421,7 @@ def _refuse_unknown_fields(body: dict[str, Any]) -> None:
             raise _not_yet(key)
         else:
             raise UnsupportedParameter(f"Unsupported parameter: '{key[:_MAX_NAME]}'.", param=key[:_MAX_NAME])
+    return extensions
 
 
 def _stream_options(raw: Any, stream: bool) -> None:
@@ -446,7 +459,7 @@ def to_canonical(env: ParsedEnvelope, plan: AliasPlan) -> CanonicalRequest:
     stream always ends with its usage (in ``response.completed``), so ``include_usage`` follows
     ``stream``."""
     body = env.body
-    _refuse_unknown_fields(body)
+    extensions = _refuse_unknown_fields(body, plan)
     if env.stream:
         _require(plan, "streaming", "stream")
     if body.get("stream_options") is not None:
@@ -462,6 +475,7 @@ def to_canonical(env: ParsedEnvelope, plan: AliasPlan) -> CanonicalRequest:
         top_p=_number(body, "top_p", 0, 1),
         stream=env.stream,
         include_usage=env.stream,
+        extensions=extensions,
     )
     _apply_options(req, body, plan)
     return req

@@ -1003,3 +1003,11 @@ def test_encoders_share_no_state() -> None:
     one.event(TextDelta("a"))
     two = encoder()
     assert payloads(two.event(TextDelta("b")))[0]["type"] == "response.created"
+
+
+def test_prompt_cache_key_and_safety_identifier_pass_when_the_alias_allowlists_them() -> None:
+    allowed = plan(allowed={"prompt_cache_key", "safety_identifier"})
+    req = decode(body(prompt_cache_key="codex-session-1", safety_identifier="u-42"), allowed)
+    assert req.extensions == {"prompt_cache_key": "codex-session-1", "safety_identifier": "u-42"}
+    assert refused(body(prompt_cache_key="k")).param == "prompt_cache_key"  # not allowlisted: refused
+    assert refused(body(prompt_cache_key=7), allowed).param == "prompt_cache_key"
