@@ -265,3 +265,47 @@ async def test_metrics_count_kinds_and_outcomes_without_values(make: Any) -> Non
     assert 'tollway_pii_values_total{alias="pii-openai",environment="local",kind="email"} 2.0' in scrape, scrape[-3000:]
     assert 'tollway_pii_recoveries_total{alias="pii-openai",environment="local",outcome="exact"} 4.0' in scrape
     assert EMAIL not in scrape and "4111" not in scrape and "TWPII" not in scrape
+
+
+class _FailingVault:
+    """A vault whose store is down: every insert fails as the DynamoDB vault's would."""
+
+    async def insert(self, entry: Any, value: str) -> None:
+        from tollway.pii.vault.base import VaultUnavailable
+
+        raise VaultUnavailable("dynamodb PutItem failed: ServiceUnavailable")
+
+    async def resolve(self, token_id: str, binding: bytes, now: float) -> str | None:
+        return None
+
+    async def revoke(self, token_id: str) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_vault_that_cannot_take_a_mapping_fails_the_request_before_the_provider(
+    tmp_path: Path, mock: MockServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOLLWAY_PII_FN_PROVIDER_KEY", "sk-pii-functional")
+    monkeypatch.setenv("TOLLWAY_PII_FN_KEY", "k" * 40)
+    cfg = _config(mock.base_url, {"scope": "session"})
+    cfg["pii"]["vault"] = {"type": "dynamodb", "table": "unused", "kmsKeyId": "unused"}
+    path = tmp_path / "llm-router.yml"
+    path.write_text(yaml.safe_dump(cfg))
+    app = create_app(path, watch_interval_s=None)
+    app.state.runtime.pii._vault_factory = _FailingVault
+    httpx.delete(mock.base_url + "/_mock/requests", timeout=5)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
+            body = {"model": "pii-openai", "messages": [{"role": "user", "content": PROMPT}]}
+            resp = await client.post("/v1/chat/completions", json=body, headers={**AUTH, "x-tollway-session-id": "s-1"})
+            assert resp.status_code == 503 and resp.json()["error"]["code"] == "pii_unavailable"
+            assert EMAIL not in resp.text
+            plain = {"model": "pii-openai", "messages": [{"role": "user", "content": "no personal data here"}]}
+            ok = await client.post("/v1/chat/completions", json=plain, headers={**AUTH, "x-tollway-session-id": "s-1"})
+            assert ok.status_code == 200  # nothing to store: nothing to fail
+    finally:
+        await app.state.runtime.aclose()
+    assert sent(mock) == ["no personal data here"]  # the failed request never reached the provider

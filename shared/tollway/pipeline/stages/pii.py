@@ -151,9 +151,13 @@ class PiiStage(BaseStage):
         if out.minted and profile.enrichment and isinstance(req, CanonicalRequest):
             req.messages.insert(0, Message("system", ENRICHMENT))
         digest = hashlib.sha256(orjson.dumps(req)).hexdigest()[:32]
-        call.pii = PiiState(profile, keys, mapping, binding, out, digest)
+        state = call.pii = PiiState(profile, keys, mapping, binding, out, digest)
         if out.minted and profile.scope != "request":
-            await self._store(out, binding, principal.tenant, profile)
+            try:
+                await self._store(out, binding, principal.tenant, profile)
+            except BaseException:
+                state.end()  # finish never runs for a stage whose before raised: drop the values here
+                raise
 
     async def _store(self, out: Tokenized, binding: bytes, tenant: str, profile: PiiProfile) -> None:
         vault = self._vault_for()
