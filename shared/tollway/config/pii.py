@@ -12,6 +12,10 @@ measurement takes effect on the next reload, and refuses each route of such an a
 result is missing or below the threshold. A route's result is the one labelled with its route id
 (measured through a single-route alias) or, failing that, its alias's (all its routes together).
 Embeddings aliases are not checked: no answer of theirs carries placeholders back.
+
+A profile with ``engine: presidio`` gets a ``PresidioDetector``: its local rules plus Presidio's
+``person`` and ``location`` (``tollway.pii.presidio``, which loads the model on first use, so only
+a configuration with such a profile ever imports spaCy).
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from pathlib import Path
 from tollway.config.schema import RouterConfig
 from tollway.exceptions import ConfigError, ConfigIssue
 from tollway.pii.conformance import ConformanceError, Results, load_results
-from tollway.pii.detectors import CustomPattern, Dictionary, build_detector
+from tollway.pii.detectors import CustomPattern, DetectorConfigError, Dictionary, build_detector
 from tollway.pii.placeholders import PlaceholderKey, PlaceholderMinter
 from tollway.pii.policy import PiiKeys, PiiProfile
+from tollway.pii.presidio import PRESIDIO_KINDS, build_presidio_detector
 from tollway.secrets import SecretResolver
 
 __all__ = ["MIN_KEY_BYTES", "check_preservation", "compile_pii_profiles", "pii_keys"]
@@ -41,14 +46,19 @@ def compile_pii_profiles(cfg: RouterConfig, base: Path | None = None) -> dict[st
     check_preservation(cfg, base)
     used = {m.piiProfileId for m in cfg.models if m.piiProfileId}
     out: dict[str, PiiProfile] = {}
-    for p in cfg.pii.profiles:
+    for i, p in enumerate(cfg.pii.profiles):
         if p.id not in used:
             continue
         detector = build_detector(
-            p.detectors,
+            [d for d in p.detectors if p.engine == "rules" or d not in PRESIDIO_KINDS],
             [CustomPattern(c.name, c.pattern) for c in p.customPatterns],
             [Dictionary(d.name, tuple(d.terms), d.caseSensitive) for d in p.dictionaries],
         )
+        if p.engine == "presidio":
+            try:
+                detector = build_presidio_detector(detector, PRESIDIO_KINDS.intersection(p.detectors))
+            except DetectorConfigError as exc:
+                raise ConfigError([ConfigIssue(f"pii.profiles[{i}].engine", str(exc))]) from None
         out[p.id] = PiiProfile(
             id=p.id,
             detector=detector,
@@ -57,6 +67,7 @@ def compile_pii_profiles(cfg: RouterConfig, base: Path | None = None) -> dict[st
             streaming=p.streaming,
             enrichment=p.promptEnrichment,
             ttl_s=p.sessionTtlSeconds,
+            offload=p.engine == "presidio",
         )
     return out
 

@@ -435,6 +435,9 @@ class PiiProfileConfig(_Model):
     detectors: list[str] = Field(default_factory=lambda: ["email", "phone", "card", "iban", "ssn", "ipv4", "ipv6"])
     customPatterns: list[PiiPatternConfig] = Field(default_factory=list, max_length=64)
     dictionaries: list[PiiDictionaryConfig] = Field(default_factory=list, max_length=16)
+    engine: Literal["rules", "presidio"] = "rules"
+    """``rules``: the local compiled rules only. ``presidio``: those plus Presidio's named-entity
+    model for the ``person`` and ``location`` detectors; needs the ``presidio`` extra installed."""
     scope: Literal["request", "session", "host"] = "request"
     """``request``: mappings in the request's memory only. ``session``: in the vault, for the
     principal's session (the session header). ``host``: stable across requests, linkable; refused

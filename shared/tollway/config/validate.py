@@ -651,6 +651,7 @@ def _check_pii(cfg: RouterConfig, issues: _Issues) -> None:  # noqa: C901 - one 
         return
     from tollway.pii.detectors import BUILTIN_KINDS as PII_KINDS
     from tollway.pii.detectors import CustomPattern, DetectorConfigError, Dictionary, build_detector
+    from tollway.pii.presidio import PRESIDIO_KINDS, missing_modules
 
     ids: dict[str, int] = {}
     for i, profile in enumerate(pii.profiles):
@@ -658,9 +659,22 @@ def _check_pii(cfg: RouterConfig, issues: _Issues) -> None:  # noqa: C901 - one 
         if profile.id in ids:
             issues.add(f"{path}.id", f"duplicate PII profile id {profile.id!r} (also pii.profiles[{ids[profile.id]}])")
         ids.setdefault(profile.id, i)
-        unknown = [d for d in profile.detectors if d not in PII_KINDS]
-        if unknown:
-            issues.add(f"{path}.detectors", f"unknown detector {_quoted(unknown)}; known: {_quoted(PII_KINDS)}")
+        presidio = profile.engine == "presidio"
+        known = PII_KINDS | PRESIDIO_KINDS if presidio else PII_KINDS
+        unknown = [d for d in profile.detectors if d not in known]
+        if unknown and set(unknown) <= PRESIDIO_KINDS:
+            issues.add(f"{path}.detectors", f"detector {_quoted(unknown)} needs engine: presidio")
+        elif unknown:
+            issues.add(f"{path}.detectors", f"unknown detector {_quoted(unknown)}; known: {_quoted(known)}")
+        if presidio and not PRESIDIO_KINDS & set(profile.detectors):
+            issues.add(
+                f"{path}.engine", f"engine presidio adds only the detectors {_quoted(PRESIDIO_KINDS)}: list one of them"
+            )
+        if presidio and (missing := missing_modules()):
+            issues.add(
+                f"{path}.engine",
+                f"engine presidio needs the presidio extra: install tollway[presidio] (missing {_quoted(missing)})",
+            )
         if not profile.detectors and not profile.customPatterns and not profile.dictionaries:
             issues.add(
                 f"{path}.detectors", "a profile must detect something: list detectors, customPatterns or dictionaries"

@@ -18,10 +18,12 @@ placeholder that verifies under the scope but is not this request's is looked up
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -49,6 +51,16 @@ __all__ = ["PiiStage", "PiiState"]
 log = logging.getLogger("tollway.pii")
 
 VaultFactory = Callable[[], PiiVault]
+
+_MODEL_THREAD: list[ThreadPoolExecutor] = []
+
+
+def _model_thread() -> ThreadPoolExecutor:
+    """The one thread a model-backed detector runs in: off the event loop, one scan at a time
+    (a spaCy pipeline is not documented as safe to call from several threads at once)."""
+    if not _MODEL_THREAD:
+        _MODEL_THREAD.append(ThreadPoolExecutor(1, thread_name_prefix="tollway-pii-model"))
+    return _MODEL_THREAD[0]
 
 
 @dataclass(slots=True, eq=False)
@@ -146,7 +158,10 @@ class PiiStage(BaseStage):
             binding = scope_binding("host", principal.tenant)
         mapping = Mapping(keys.minter, binding)
         tokenizer = Tokenizer(profile, mapping, keys, binding)
-        tokenizer.request(req)
+        if profile.offload:
+            await asyncio.get_running_loop().run_in_executor(_model_thread(), tokenizer.request, req)
+        else:
+            tokenizer.request(req)
         out = tokenizer.out
         if out.minted and profile.enrichment and isinstance(req, CanonicalRequest):
             req.messages.insert(0, Message("system", ENRICHMENT))
