@@ -13,11 +13,12 @@ because a benchmark sends the *same* request over and over:
   was not keep-alive is closed, never reused.
 
 Both clients answer one question per request: ``(status, ttft_seconds_or_None, complete, code)``,
-where ``complete`` means the body was read to its end and, for SSE, the terminal marker was
-seen. TTFT is the time from the intended send to the first chunk that carries a ``data:``
-frame with non-empty content. ``code`` is ``None`` for a 2xx; otherwise the OpenAI error
-envelope's ``error.code`` (or ``error.type``), so a report can tell a load shed (``overloaded``)
-from an audit WAL refusal (``audit_unavailable``); ``-`` when the body has no such envelope.
+where ``complete`` means the body was read to its end and, for SSE, the endpoint kind's terminal
+frame was seen. TTFT is the time from the intended send to the first chunk that holds the kind's
+first-token frame (:mod:`bench.endpoints`). ``code`` is ``None`` for a 2xx; otherwise the error
+envelope's ``error.code`` (or ``error.type``: OpenAI's and Anthropic's envelopes both nest it under
+``error``), so a report can tell a load shed (``overloaded``) from an audit WAL refusal
+(``audit_unavailable``); ``-`` when the body has no such envelope.
 """
 
 from __future__ import annotations
@@ -26,30 +27,20 @@ import asyncio
 import json
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal, Protocol
 
-__all__ = ["CLIENTS", "AiohttpClient", "Client", "Http1Client", "error_code", "has_content", "make_client"]
+from bench.endpoints import ENDPOINTS, Endpoint
+
+__all__ = ["CLIENTS", "AiohttpClient", "Client", "Http1Client", "error_code", "make_client"]
 
 ClientName = Literal["http1", "aiohttp"]
 CLIENTS: Final[tuple[str, ...]] = ("http1", "aiohttp")
 
-_CONTENT_MARKERS: Final = (b'"content":"', b'"text":"', b'"arguments":"', b'"partial_json":"')
 _TAIL: Final = 64
+"""Bytes of the previous chunk scanned again with the next: longer than any marker."""
 _ERROR_BODY_MAX: Final = 8192
 """Bytes of a non-2xx body kept for :func:`error_code` (an error envelope is far smaller)."""
-
-
-def has_content(data: bytes) -> bool:
-    """True when ``data`` holds a content field with a non-empty string value."""
-    for marker in _CONTENT_MARKERS:
-        at = data.find(marker)
-        while at >= 0:
-            end = at + len(marker)
-            if end < len(data) and data[end] != 0x22:  # '"' would be an empty string
-                return True
-            at = data.find(marker, end)
-    return False
 
 
 def error_code(body: bytes) -> str:
@@ -78,12 +69,13 @@ class Client(Protocol):
 
 
 class _StreamWatch:
-    """Scans SSE body chunks for the first content frame and the terminal marker."""
+    """Scans SSE body chunks for the endpoint's first-token frame and its terminal frame."""
 
-    __slots__ = ("done", "intended", "marker", "tail", "ttft")
+    __slots__ = ("done", "first_token", "intended", "marker", "tail", "ttft")
 
-    def __init__(self, intended: float, marker: bytes) -> None:
+    def __init__(self, intended: float, first_token: Callable[[bytes], bool], marker: bytes) -> None:
         self.intended = intended
+        self.first_token = first_token
         self.marker = marker
         self.ttft: float | None = None
         self.done = False
@@ -91,11 +83,20 @@ class _StreamWatch:
 
     def feed(self, chunk: bytes) -> None:
         data = self.tail + chunk if self.tail else chunk
-        if self.ttft is None and has_content(data):
+        if self.ttft is None and self.first_token(data):
             self.ttft = time.monotonic() - self.intended
         if not self.done and self.marker in data:
             self.done = True
         self.tail = data[-_TAIL:]
+
+
+def _stream_parts(kind: Endpoint, stream: bool) -> tuple[Callable[[bytes], bool], bytes] | None:
+    """The first-token test and terminal marker of ``kind`` when streaming; ``None`` when buffered."""
+    if not stream:
+        return None
+    if kind.terminal is None or kind.first_token is None:
+        raise ValueError(f"the {kind.name} endpoint does not stream")
+    return kind.first_token, kind.terminal
 
 
 class _Connection(asyncio.Protocol):
@@ -159,7 +160,9 @@ class _Connection(asyncio.Protocol):
 class Http1Client:
     """Sends one pre-rendered POST per call over pooled keep-alive HTTP/1.1 connections."""
 
-    def __init__(self, url: str, body: bytes, headers: Mapping[str, str], stream: bool, done_marker: bytes) -> None:
+    def __init__(
+        self, url: str, body: bytes, headers: Mapping[str, str], stream: bool, kind: Endpoint = ENDPOINTS["chat"]
+    ) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"the http1 client speaks plain http only, not {url}")
@@ -172,8 +175,7 @@ class Http1Client:
         lines += [f"{name}: {value}" for name, value in headers.items() if name.lower() != "content-type"]
         lines.append(f"content-length: {len(body)}")
         self.request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-        self.stream = stream
-        self.done_marker = done_marker
+        self.stream = _stream_parts(kind, stream)
         self.idle: list[_Connection] = []
         self.all: set[_Connection] = set()
 
@@ -196,7 +198,8 @@ class Http1Client:
             conn = await self._connect()
         waiter: asyncio.Future[tuple[int, bool]] = asyncio.get_running_loop().create_future()
         conn.waiter = waiter
-        watch = conn.watch = _StreamWatch(intended, self.done_marker) if self.stream else None
+        stream = self.stream
+        watch = conn.watch = _StreamWatch(intended, *stream) if stream is not None else None
         assert conn.transport is not None
         conn.transport.write(self.request)
         try:
@@ -230,14 +233,13 @@ class AiohttpClient:
     """The same contract on aiohttp (pinned 3.14.5 when used): an independent implementation to cross-check."""
 
     def __init__(
-        self, url: str, body: bytes, headers: Mapping[str, str], stream: bool, done_marker: bytes, limit: int
+        self, url: str, body: bytes, headers: Mapping[str, str], stream: bool, kind: Endpoint, limit: int
     ) -> None:
         import aiohttp
 
         self.url = url
         self.body = body
-        self.stream = stream
-        self.done_marker = done_marker
+        self.stream = _stream_parts(kind, stream)
         connector = aiohttp.TCPConnector(limit=limit, ttl_dns_cache=None, keepalive_timeout=60)
         self.session = aiohttp.ClientSession(
             connector=connector,
@@ -252,10 +254,10 @@ class AiohttpClient:
             status: int = resp.status
             if not 200 <= status < 300:
                 return status, None, True, error_code((await resp.read())[:_ERROR_BODY_MAX])
-            if not self.stream:
+            if self.stream is None:
                 await resp.read()
                 return status, None, True, None
-            watch = _StreamWatch(intended, self.done_marker)
+            watch = _StreamWatch(intended, *self.stream)
             async for chunk in resp.content.iter_any():
                 watch.feed(chunk)
             return status, watch.ttft, watch.done, None
@@ -265,10 +267,10 @@ class AiohttpClient:
 
 
 def make_client(
-    name: str, url: str, body: bytes, headers: Mapping[str, str], stream: bool, done_marker: bytes, limit: int
+    name: str, url: str, body: bytes, headers: Mapping[str, str], stream: bool, kind: Endpoint, limit: int
 ) -> Any:
     if name == "http1":
-        return Http1Client(url, body, headers, stream, done_marker)
+        return Http1Client(url, body, headers, stream, kind)
     if name == "aiohttp":
-        return AiohttpClient(url, body, headers, stream, done_marker, limit)
+        return AiohttpClient(url, body, headers, stream, kind, limit)
     raise ValueError(f"unknown client {name!r}; choose one of {', '.join(CLIENTS)}")

@@ -30,7 +30,8 @@ dropped         not sent because ``max_in_flight`` requests were already outstan
 ``completed + late + rejected + failed + timed_out + dropped == offered`` always holds.
 Latency percentiles cover every 2xx (completed and late: excluding the slowest answers would
 hide a backlog); throughput counts only ``completed``. For SSE, TTFT is the time from the
-intended send to the first ``data:`` frame that carries non-empty content.
+intended send to the first-token frame of the spec's endpoint kind, and a stream is complete at
+its terminal frame (:mod:`bench.endpoints`: chat, messages, responses, embeddings).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from bench.clients import CLIENTS, Client, make_client
+from bench.endpoints import ENDPOINTS, endpoint_kind
 from bench.stats import Histogram, summarize
 
 __all__ = ["OUTCOMES", "LoadResult", "LoadSpec", "main", "run_load"]
@@ -82,7 +84,8 @@ class LoadSpec:
     procs: int = 1
     max_in_flight: int = 1000
     """Per process; a request due while this many are outstanding is dropped, not queued."""
-    stream_done_marker: bytes = b"[DONE]"
+    endpoint: str = "chat"
+    """The client API (a key of :data:`bench.endpoints.ENDPOINTS`): how a stream ends and where its first token is."""
     start_at: float | None = None
     """``time.monotonic()`` at which request 0 is due; None starts at once. Two runs can chain on it."""
     client: str = "http1"
@@ -97,6 +100,8 @@ class LoadSpec:
             raise ValueError("procs and max_in_flight must be at least 1")
         if self.client not in CLIENTS:
             raise ValueError(f"client must be one of {', '.join(CLIENTS)}")
+        if not endpoint_kind(self.endpoint).streams and self.stream:
+            raise ValueError(f"the {self.endpoint} endpoint does not stream")
 
     @property
     def first_measured(self) -> int:
@@ -116,7 +121,8 @@ class LoadSpec:
         data = asdict(self)
         data["body"] = {"bytes": len(self.body)}
         data["headers"] = sorted(k for k in self.headers if k.lower() != "authorization")
-        data["stream_done_marker"] = self.stream_done_marker.decode()
+        terminal = ENDPOINTS[self.endpoint].terminal
+        data["stream_terminal"] = terminal.decode() if self.stream and terminal is not None else None
         data.pop("start_at", None)
         return data
 
@@ -407,9 +413,8 @@ async def _report_progress(spec: LoadSpec, counters: Sequence[int], start_at: fl
 
 
 def _client(spec: LoadSpec) -> Client:
-    client: Client = make_client(
-        spec.client, spec.url, spec.body, spec.headers, spec.stream, spec.stream_done_marker, spec.max_in_flight
-    )
+    kind = ENDPOINTS[spec.endpoint]
+    client: Client = make_client(spec.client, spec.url, spec.body, spec.headers, spec.stream, kind, spec.max_in_flight)
     return client
 
 
@@ -537,6 +542,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--body-file", required=True, help="JSON request body")
     parser.add_argument("--header", action="append", type=_parse_header, default=[], help="'Name: value'")
     parser.add_argument("--stream", action="store_true", help="read SSE and record TTFT")
+    parser.add_argument(
+        "--endpoint", choices=list(ENDPOINTS), default="chat", help="the API the URL serves (terminal and first frames)"
+    )
     parser.add_argument("--procs", type=int, default=1)
     parser.add_argument("--max-in-flight", type=int, default=1000, help="per process")
     parser.add_argument("--client", choices=CLIENTS, default="http1")
@@ -552,6 +560,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warmup_s=args.warmup,
         timeout_s=args.timeout,
         stream=args.stream,
+        endpoint=args.endpoint,
         headers=dict(args.header),
         procs=args.procs,
         max_in_flight=args.max_in_flight,

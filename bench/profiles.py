@@ -1,7 +1,8 @@
 """Named benchmark profiles: ``bench/profiles/<name>.yml`` parsed into typed settings.
 
 A profile says how to start the mock and the gateway, how the load generator behaves, and
-which *steps* to run. Each step is one payload and response mode at one rate (``rate``), a
+which *steps* to run. Each step is one client API (``endpoint``: chat, messages, responses or
+embeddings; see :mod:`bench.endpoints`), payload and response mode at one rate (``rate``), a
 capacity sweep over several rates (``rates``), or a multiple of a known knee
 (``rate_x_knee``, for overload and recovery). Every step runs against each target in
 ``targets`` order, target by target, so a recovery step follows its own overload step.
@@ -15,6 +16,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from bench.endpoints import ENDPOINTS, EndpointName
 
 __all__ = ["PAYLOAD_DIR", "PROFILE_DIR", "Profile", "Step", "load_payload", "load_profile"]
 
@@ -67,6 +70,8 @@ class SweepSettings(_Model):
 
 class Step(_Model):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+    endpoint: EndpointName = "chat"
+    """The client API the gateway is called on; direct calls the mock's ``upstream`` of it."""
     payload: str = "small"
     stream: bool = False
     rate: float | None = Field(default=None, gt=0, le=20_000)
@@ -122,6 +127,15 @@ class Profile(_Model):
         for step in self.steps:
             if not (PAYLOAD_DIR / f"{step.payload}.json").is_file():
                 raise ValueError(f"step {step.name}: no payload bench/payloads/{step.payload}.json")
+            kind = ENDPOINTS[step.endpoint]
+            payload, _ = load_payload(step.payload)
+            for which in {kind, ENDPOINTS[kind.upstream]}:
+                try:
+                    which.body(payload, "model", step.stream)
+                except ValueError as exc:
+                    raise ValueError(f"step {step.name}: payload {step.payload}: {exc}") from None
+            if kind.name != "chat" and any(t not in ("direct", "gateway") for t in self.targets):
+                raise ValueError(f"step {step.name}: peer gateways are measured on the chat endpoint only")
         for before, step in zip(self.steps, self.steps[1:], strict=False):
             if step.follows_previous and (before.sweep or before.follows_previous):
                 raise ValueError(f"step {step.name} can only follow a single fixed-rate step")

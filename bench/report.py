@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from bench.endpoints import ENDPOINTS
 from bench.stats import PERCENTILES
 
 __all__ = ["render_summary"]
@@ -338,11 +339,20 @@ def _targets(results: Mapping[str, Any]) -> list[str]:
     return ["", "## Peer gateways", "", *_table(["peer", "status", "version, workers / reason"], rows)]
 
 
+def _endpoints(step: Mapping[str, Any]) -> str:
+    """The APIs called when a step is not plain chat (results before endpoint kinds have none)."""
+    name = step.get("endpoint", "chat")
+    if name == "chat":
+        return ""
+    kind = ENDPOINTS[name]
+    return f", gateway `POST /v1/{kind.path}`, direct `POST /v1/{ENDPOINTS[kind.upstream].path}`"
+
+
 def render_summary(manifest: Mapping[str, Any], results: Mapping[str, Any]) -> str:
     lines = _header(manifest, results) + _targets(results)
     for step in results.get("steps", []):
         mode = "SSE" if step["stream"] else "buffered"
-        lines += ["", f"## {step['name']}: payload `{step['payload']}`, {mode}", ""]
+        lines += ["", f"## {step['name']}: payload `{step['payload']}`, {mode}{_endpoints(step)}", ""]
         if step["kind"] == "sweep":
             lines += _sweep(step)
         else:

@@ -2,7 +2,9 @@
 
 One run starts one mock provider and one gateway (measuring each one's cold start), then runs
 every step of the profile against each target: ``direct`` (the mock itself, the baseline) and
-``gateway`` (Tollway in front of the same mock, with the same fault prefix). It writes into
+``gateway`` (Tollway in front of the same mock, with the same fault prefix). A step's endpoint
+kind (:mod:`bench.endpoints`) picks the gateway's path, headers and body; direct calls the mock
+endpoint the gateway itself calls for that kind. It writes into
 ``DIR`` (default ``bench/results/<profile>-<time>/``):
 
 ``manifest.json``  every input (see :mod:`bench.manifest`); written first, rewritten at the end
@@ -35,6 +37,7 @@ import yaml
 
 from bench import manifest as mf
 from bench.aggregate import comparison, pool_runs, repetition_stats
+from bench.endpoints import ENDPOINTS, Endpoint
 from bench.loadgen import LOADGEN_VERSION, LoadResult, LoadSpec, run_load
 from bench.peers import PEERS, PeerError, PeerTarget, start_peer
 from bench.profiles import BENCH_DIR, PAYLOAD_DIR, Profile, Step, load_payload, load_profile
@@ -43,8 +46,10 @@ from bench.report import render_summary
 from bench.resources import ResourceSampler
 from bench.servers import (
     ALIAS,
+    ALIASES,
     PROVIDER_KEY_ENV,
     PROVIDER_MODEL,
+    PROVIDER_MODELS,
     Server,
     deep_merge,
     fault_prefix,
@@ -95,6 +100,10 @@ class Runner:
         self.targets: list[str] = [*profile.targets, *(p for p in args.peers or () if p not in profile.targets)]
         if self.knee is None and any(s.rate_x_knee is not None for s in profile.steps):
             raise SystemExit(f"profile {profile.name} has rate_x_knee steps: pass --knee RPS or --knee-from RESULTS")
+        if any(t in PEERS for t in self.targets) and any(s.endpoint != "chat" for s in profile.steps):
+            raise SystemExit(
+                f"profile {profile.name} calls more than the chat endpoint: peers are measured on chat only"
+            )
         self.user_key = "tw-bench-" + secrets.token_urlsafe(18)
         self.provider_key = "mock-bench-" + secrets.token_urlsafe(12)
         self.manifest: dict[str, Any] = {
@@ -121,7 +130,7 @@ class Runner:
                 **profile.load.model_dump(mode="json"),
             },
         }
-        self.bodies: dict[tuple[str, bool, str], bytes] = {}
+        self.bodies: dict[tuple[str, bool, str, str], bytes] = {}
         self.py_spy: str | None = None
         if args.py_spy:
             self.py_spy = find_py_spy()
@@ -139,32 +148,34 @@ class Runner:
 
     # -- set-up ---------------------------------------------------------------------------
 
-    def _body(self, payload: str, stream: bool, target: str) -> bytes:
-        key = (payload, stream, target)
+    def _kind(self, target: str, step: Step) -> Endpoint:
+        """The endpoint ``target`` is called on in ``step``: direct calls the mock's ``upstream`` of it."""
+        kind = ENDPOINTS[step.endpoint]
+        return ENDPOINTS[kind.upstream] if target == "direct" else kind
+
+    def _body(self, payload: str, stream: bool, target: str, kind: Endpoint) -> bytes:
+        key = (payload, stream, target, kind.name)
         if key not in self.bodies:
             body, sha = load_payload(payload)
             self.manifest["payloads"][payload] = {"file": _rel(PAYLOAD_DIR / f"{payload}.json"), "sha256": sha}
-            body = {"model": self._model(target), **body}
-            if stream:
-                body["stream"] = True
-            self.bodies[key] = orjson.dumps(body)
+            self.bodies[key] = orjson.dumps(kind.body(body, self._model(target, kind), stream))
             self.manifest["payloads"][payload]["request_bytes"] = len(self.bodies[key])
         return self.bodies[key]
 
-    def _model(self, target: str) -> str:
+    def _model(self, target: str, kind: Endpoint) -> str:
         if target in self.peers:
             return self.peers[target].model
-        return ALIAS if target == "gateway" else PROVIDER_MODEL
+        return ALIASES[kind.name] if target == "gateway" else PROVIDER_MODELS[kind.name]
 
-    def _target(self, target: str) -> tuple[str, dict[str, str]]:
+    def _target(self, target: str, kind: Endpoint = ENDPOINTS["chat"]) -> tuple[str, dict[str, str]]:
         if target in self.peers:
             return self.peers[target].url, dict(self.peers[target].headers)
         if target == "gateway":
             assert self.gateway is not None
-            return self.gateway.url + "/chat/completions", {"authorization": f"Bearer {self.user_key}"}
+            return f"{self.gateway.url}/{kind.path}", kind.headers(self.user_key)
         assert self.mock is not None
-        url = self.mock.url + fault_prefix(self.profile.mock.faults) + "/v1/chat/completions"
-        return url, {"authorization": f"Bearer {self.provider_key}"}
+        url = f"{self.mock.url}{fault_prefix(self.profile.mock.faults)}/v1/{kind.path}"
+        return url, kind.headers(self.provider_key)
 
     def start(self) -> None:
         profile = self.profile
@@ -192,7 +203,8 @@ class Runner:
 
             self.otlp_sink = OtlpSink().__enter__()  # in this process: its CPU is not the gateway's
             tracing["endpoint"] = self.otlp_sink.endpoint
-        config = gateway_config(self.mock.url, profile.mock.faults, digest, overrides)
+        endpoints = {step.endpoint for step in profile.steps}
+        config = gateway_config(self.mock.url, profile.mock.faults, digest, overrides, endpoints)
         pricing = config.get("governance", {}).get("pricing", {})
         if pricing.get("catalogFile"):  # a profile names it relative to bench/
             pricing["catalogFile"] = str((Path(__file__).parent / pricing["catalogFile"]).resolve())
@@ -313,16 +325,18 @@ class Runner:
 
     def _spec(self, target: str, step: Step, rate: float) -> LoadSpec:
         load = self.profile.load
-        url, headers = self._target(target)
+        kind = self._kind(target, step)
+        url, headers = self._target(target, kind)
         warmup = step.warmup_s if step.warmup_s is not None else load.warmup_s
         return LoadSpec(
             url=url,
-            body=self._body(step.payload, step.stream, target),
+            body=self._body(step.payload, step.stream, target, kind),
             rate=rate,
             duration_s=step.duration_s if step.duration_s is not None else load.duration_s,
             warmup_s=0.0 if step.follows_previous else warmup,
             timeout_s=load.timeout_s,
             stream=step.stream,
+            endpoint=kind.name,
             headers=headers,
             procs=load.procs,
             max_in_flight=load.max_in_flight,
@@ -500,6 +514,8 @@ class Runner:
             "name": step.name,
             "payload": step.payload,
             "stream": step.stream,
+            "endpoint": step.endpoint,
+            "direct_endpoint": ENDPOINTS[step.endpoint].upstream,
             "kind": "sweep" if step.sweep else "fixed",
             "timeline": step.timeline,
             "runs": [entry for target_runs in runs.values() for entry in target_runs],

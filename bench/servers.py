@@ -24,15 +24,17 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
 __all__ = [
     "ALIAS",
+    "ALIASES",
     "PROVIDER_KEY_ENV",
     "PROVIDER_MODEL",
+    "PROVIDER_MODELS",
     "Server",
     "gateway_config",
     "measure_first_response",
@@ -42,6 +44,20 @@ __all__ = [
 
 ALIAS: Final = "bench-v1"
 PROVIDER_MODEL: Final = "mock-gpt-small"
+ALIASES: Final[Mapping[str, str]] = {
+    "chat": ALIAS,
+    "responses": ALIAS,
+    "messages": "bench-claude-v1",
+    "embeddings": "bench-embed-v1",
+}
+"""The gateway alias each endpoint kind calls: Responses shares the chat alias (its upstream is Chat
+Completions either way); messages has an Anthropic-format route; embeddings an embeddings-only alias."""
+PROVIDER_MODELS: Final[Mapping[str, str]] = {
+    "chat": PROVIDER_MODEL,
+    "messages": "mock-claude-small",
+    "embeddings": "mock-embed-small",
+}
+"""The model each mock endpoint is called with, by the gateway's route and by the direct baseline alike."""
 PROVIDER_KEY_ENV: Final = "TOLLWAY_BENCH_PROVIDER_KEY"
 _START_TIMEOUT_S: Final = 30.0
 
@@ -239,8 +255,19 @@ def fault_prefix(faults: str) -> str:
     return f"/_fault/{faults}" if faults else ""
 
 
-def gateway_config(mock_url: str, faults: str, key_digest: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """One alias on one mock deployment, one principal; the same fault prefix the direct target uses."""
+def gateway_config(
+    mock_url: str,
+    faults: str,
+    key_digest: str,
+    overrides: Mapping[str, Any],
+    endpoints: Collection[str] = ("chat",),
+) -> dict[str, Any]:
+    """One alias on one mock deployment, one principal; the same fault prefix the direct target uses.
+
+    ``endpoints`` (the profile's endpoint kinds) add what they call and nothing else, so a chat
+    profile's config stays as it always was: ``messages`` an Anthropic provider on the same mock and
+    an alias routed to it in its own format, ``embeddings`` an embeddings-only alias.
+    """
     config: dict[str, Any] = {
         "maxRequestBodyBytes": 1048576,
         "requestTimeoutMs": 30000,
@@ -281,7 +308,51 @@ def gateway_config(mock_url: str, faults: str, key_digest: str, overrides: Mappi
         # profile stays comparable with its baseline.
         "telemetry": {"metrics": {"enabled": False}},
     }
+    if "messages" in endpoints:
+        _add_messages_alias(config, mock_url + fault_prefix(faults))
+    if "embeddings" in endpoints:
+        _add_embeddings_alias(config)
     return deep_merge(config, overrides)
+
+
+def _add_alias(config: dict[str, Any], model: dict[str, Any]) -> None:
+    config["models"].append(model)
+    config["principals"][0]["allowedModels"].append(model["name"])
+
+
+def _add_messages_alias(config: dict[str, Any], base_url: str) -> None:
+    config["providers"]["mock-anthropic"] = {
+        "type": "anthropic",
+        "baseUrl": base_url,
+        "providerAccountId": "bench-account-anthropic",
+        "quotaGroupId": "bench-quota-anthropic",
+        "credentials": [{"id": "bench-provider-key", "secretRef": f"env:{PROVIDER_KEY_ENV}"}],
+        "connectTimeoutMs": 2000,
+        "requestTimeoutMs": 30000,
+    }
+    route = {
+        "id": "bench-anthropic",
+        "provider": "mock-anthropic",
+        "model": PROVIDER_MODELS["messages"],
+        "providerFormat": "anthropic-messages",
+    }
+    _add_alias(config, {"name": ALIASES["messages"], "capabilities": ["streaming", "tools"], "routes": [route]})
+
+
+def _add_embeddings_alias(config: dict[str, Any]) -> None:
+    route = {
+        "id": "bench-embeddings",
+        "provider": "mock-openai",
+        "model": PROVIDER_MODELS["embeddings"],
+        "providerFormat": "openai-chat-completions",
+    }
+    alias = {
+        "name": ALIASES["embeddings"],
+        "operations": ["embeddings"],
+        "clientFormats": ["openai-embeddings"],
+        "routes": [route],
+    }
+    _add_alias(config, alias)
 
 
 def mock_command(workers: int) -> list[str]:

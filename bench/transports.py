@@ -62,7 +62,7 @@ async def _measure(call: Callable[[], Awaitable[int]], requests: int, concurrenc
 
 async def _client_cpu(name: str, base: str, body: bytes, requests: int, concurrency: int) -> float:
     if name == BASELINE:
-        lean = Http1Client(base + "/v1/chat/completions", body, {"authorization": "Bearer sk-bench"}, False, b"")
+        lean = Http1Client(base + "/v1/chat/completions", body, {"authorization": "Bearer sk-bench"}, False)
 
         async def lean_call() -> int:
             return (await lean.send(time.monotonic()))[0]

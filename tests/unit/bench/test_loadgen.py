@@ -16,7 +16,7 @@ import time
 import pytest
 
 from bench.clients import CLIENTS as ALL_CLIENTS
-from bench.clients import error_code, has_content
+from bench.clients import error_code
 from bench.loadgen import LoadResult, LoadSpec, run_load
 from tests.unit.bench.tinyserver import Action, Drop, Hang, Reply, Sse, serving
 
@@ -142,6 +142,54 @@ async def test_a_stream_without_its_terminal_marker_is_a_failure(client: str) ->
     assert result.ttft.count == 0
 
 
+MESSAGES_FRAMES = (
+    (
+        0.0,
+        b'event: message_start\ndata: {"type":"message_start","message":{"content":[]}}\n\n'
+        b"event: content_block_start\n"
+        b'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n',
+    ),
+    (
+        0.08,
+        b"event: content_block_delta\n"
+        b'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}\n\n',
+    ),
+    (0.0, b'event: message_stop\ndata: {"type":"message_stop"}\n\n'),
+)
+RESPONSES_FRAMES = (
+    (0.0, b'event: response.created\ndata: {"type":"response.created","sequence_number":0}\n\n'),
+    (
+        0.08,
+        b"event: response.output_text.delta\n"
+        b'data: {"type":"response.output_text.delta","delta":"Hi","sequence_number":1}\n\n',
+    ),
+    (0.0, b'event: response.completed\ndata: {"type":"response.completed","sequence_number":2}\n\n'),
+)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize(("endpoint", "frames"), [("messages", MESSAGES_FRAMES), ("responses", RESPONSES_FRAMES)])
+async def test_a_streams_ttft_and_end_are_read_in_its_endpoints_format(
+    client: str, endpoint: str, frames: tuple[tuple[float, bytes], ...]
+) -> None:
+    async with serving(lambda seq: Sse(frames)) as server:
+        result = await load(spec(server.url, rate=10.0, duration_s=0.3, stream=True, endpoint=endpoint, client=client))
+    assert result.offered == 3
+    assert result.count("completed") + result.count("late") == 3, result.errors
+    # Neither stream has a frame chat's scan would take for content, nor chat's [DONE].
+    assert result.ttft.count == 3
+    ttft = result.ttft.percentile(0.5)
+    assert ttft is not None and ttft >= 75_000
+
+
+async def test_a_stream_read_as_another_endpoint_lacks_its_terminal_frame() -> None:
+    async with serving(lambda seq: Sse(MESSAGES_FRAMES)) as server:
+        as_chat = await load(spec(server.url, rate=10.0, duration_s=0.3, stream=True))
+        as_responses = await load(spec(server.url, rate=10.0, duration_s=0.3, stream=True, endpoint="responses"))
+    for result in (as_chat, as_responses):
+        assert result.errors == {"stream ended without its terminal marker": 3}
+
+
 async def test_requests_over_the_in_flight_cap_are_dropped_not_queued() -> None:
     async with serving(lambda seq: Reply(delay_s=0.5)) as server:
         result = await load(spec(server.url, rate=20.0, duration_s=0.5, max_in_flight=2))
@@ -233,26 +281,6 @@ def test_the_schedule_splits_warmup_and_window_by_request_index() -> None:
     assert "body" in s.settings() and s.settings()["body"] == {"bytes": len(BODY)}
     with pytest.raises(ValueError):
         spec("http://127.0.0.1:1/", rate=0.0)
-
-
-@pytest.mark.parametrize(
-    ("line", "has"),
-    [
-        (b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}', False),
-        (b'data: {"choices":[{"delta":{"content":"Hi"}}]}', True),
-        (b'data: {"type":"content_block_delta","delta":{"type":"text_delta","text":"Hi"}}', True),
-        (b'data: {"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"{\\"a"}}]}}]}', True),
-        (b"data: [DONE]", False),
-    ],
-)
-def test_content_frames_are_those_with_non_empty_text(line: bytes, has: bool) -> None:
-    assert has_content(line) is has
-
-
-def test_content_later_in_a_chunk_counts_even_after_an_empty_one() -> None:
-    chunk = b'data: {"delta":{"content":""}}\n\ndata: {"delta":{"content":"Hi"}}\n\n'
-    assert has_content(chunk)
-    assert not has_content(b'data: {"delta":{"content":"')
 
 
 @pytest.mark.parametrize(

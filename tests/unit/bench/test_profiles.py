@@ -5,15 +5,40 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bench.profiles import PAYLOAD_DIR, PROFILE_DIR, Profile, load_payload, load_profile
-from bench.servers import gateway_config
+from bench.servers import ALIASES, PROVIDER_KEY_ENV, PROVIDER_MODELS, gateway_config
+from tollway.config.loader import load_config
 
 NAMES = sorted(p.stem for p in PROFILE_DIR.glob("*.yml"))
 
 
 def test_the_issue_profiles_are_all_shipped() -> None:
     assert {"smoke", "fixed-500", "sse-200", "sweep", "overload", "payloads"} <= set(NAMES)
+    assert {"messages-200-sse", "responses-200-sse", "embeddings-500"} <= set(NAMES)
+
+
+@pytest.mark.parametrize(
+    ("name", "endpoint", "stream"),
+    [
+        ("messages-200-sse", "messages", True),
+        ("responses-200-sse", "responses", True),
+        ("embeddings-500", "embeddings", False),
+    ],
+)
+def test_the_endpoint_profiles_keep_their_chat_twins_load(name: str, endpoint: str, stream: bool) -> None:
+    profile, _, _ = load_profile(name)
+    twin, _, _ = load_profile("sse-200" if stream else "fixed-500")
+    (step,) = profile.steps
+    assert (step.endpoint, step.stream, step.rate) == (endpoint, stream, twin.steps[0].rate)
+    assert profile.targets == ["direct", "gateway"]
+    assert (profile.mock, profile.gateway, profile.load, profile.repeat) == (
+        twin.mock,
+        twin.gateway,
+        twin.load,
+        twin.repeat,
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -42,6 +67,10 @@ def test_the_payload_corpus_has_small_10kib_and_tool_heavy_bodies() -> None:
         ({"name": "x", "rate": 1, "payload": "nope"}, "no payload"),
         ({"name": "x", "rate": 1, "typo": 1}, "Extra inputs"),
         ({"name": "x", "rates": [1], "follows_previous": True}, "cannot follow"),
+        ({"name": "x", "rate": 1, "endpoint": "completions"}, "endpoint"),
+        ({"name": "x", "rate": 1, "endpoint": "embeddings", "payload": "embed-batch", "stream": True}, "not stream"),
+        ({"name": "x", "rate": 1, "endpoint": "embeddings"}, "payload small: the embeddings endpoint has no place"),
+        ({"name": "x", "rate": 1, "endpoint": "messages", "payload": "tools"}, "payload tools: the messages"),
     ],
 )
 def test_a_malformed_step_is_rejected(step: dict[str, object], reason: str) -> None:
@@ -69,3 +98,47 @@ def test_gateway_overrides_merge_into_the_generated_config() -> None:
     assert config["providers"]["mock-openai"]["baseUrl"] == "http://127.0.0.1:9/_fault/latency_ms=60/v1"
     assert config["admission"] == {"overloadStatus": 429}
     assert config["principals"][0]["keys"][0]["sha256"] == "ab" * 32
+
+
+def test_peers_are_measured_on_chat_only() -> None:
+    step = {"name": "x", "rate": 1, "endpoint": "messages"}
+    with pytest.raises(ValueError, match="chat endpoint only"):
+        Profile.model_validate({"name": "bad", "targets": ["direct", "gateway", "portkey"], "steps": [step]})
+
+
+def test_a_chat_profile_config_has_only_the_chat_alias() -> None:
+    config = gateway_config("http://127.0.0.1:9", "", "ab" * 32, {})
+    assert list(config["providers"]) == ["mock-openai"]
+    assert [m["name"] for m in config["models"]] == ["bench-v1"]
+    assert config["principals"][0]["allowedModels"] == ["bench-v1"]
+
+
+def test_the_messages_alias_routes_to_the_mocks_anthropic_endpoint_in_its_format(tmp_path: Path) -> None:
+    config = gateway_config("http://127.0.0.1:9", "chunks=10", "ab" * 32, {}, {"chat", "messages", "responses"})
+    provider = config["providers"]["mock-anthropic"]
+    assert (provider["type"], provider["baseUrl"]) == ("anthropic", "http://127.0.0.1:9/_fault/chunks=10")
+    (alias,) = [m for m in config["models"] if m["name"] == ALIASES["messages"]]
+    (route,) = alias["routes"]
+    assert (route["provider"], route["providerFormat"]) == ("mock-anthropic", "anthropic-messages")
+    assert route["model"] == PROVIDER_MODELS["messages"]
+    assert set(config["principals"][0]["allowedModels"]) == {ALIASES["chat"], ALIASES["messages"]}
+    path = tmp_path / "llm-router.yml"
+    path.write_text(yaml.safe_dump(config))
+    loaded = load_config(path, {PROVIDER_KEY_ENV: "k"})
+    assert {m.name for m in loaded.models} == {ALIASES["chat"], ALIASES["messages"]}
+
+
+def test_the_embeddings_alias_serves_embeddings_only(tmp_path: Path) -> None:
+    config = gateway_config("http://127.0.0.1:9", "", "ab" * 32, {}, {"embeddings"})
+    (alias,) = [m for m in config["models"] if m["name"] == ALIASES["embeddings"]]
+    assert (alias["operations"], alias["clientFormats"]) == (["embeddings"], ["openai-embeddings"])
+    (route,) = alias["routes"]
+    assert (route["provider"], route["providerFormat"]) == ("mock-openai", "openai-chat-completions")
+    assert ALIASES["embeddings"] in config["principals"][0]["allowedModels"]
+    path = tmp_path / "llm-router.yml"
+    path.write_text(yaml.safe_dump(config))
+    loaded = load_config(path, {PROVIDER_KEY_ENV: "k"})
+    assert {m.name: m.operations for m in loaded.models} == {
+        ALIASES["chat"]: ["chat"],
+        ALIASES["embeddings"]: ["embeddings"],
+    }
