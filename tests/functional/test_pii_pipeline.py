@@ -17,14 +17,17 @@ import httpx
 import orjson
 import pytest
 import yaml
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.functional.test_audit_gateway import LIMITS
 from tollway.audit.events import decode_event
 from tollway.audit.pipeline import AuditPipeline
 from tollway.audit.recorder import AuditRecorder
 from tollway.audit.wal import WalReader, WalWriter
+from tollway.config.schema import TracingConfig
 from tollway.mock.server import MockServerThread
 from tollway.server.app import create_app
+from tollway.telemetry.tracing import Tracer
 
 KEY = "tw-pii-functional-key-0001"
 EMAIL = "jane.doe@example.com"
@@ -101,6 +104,10 @@ async def make(tmp_path: Path, mock: MockServerThread, monkeypatch: pytest.Monke
         path = tmp_path / f"llm-router-{len(made)}.yml"
         path.write_text(yaml.safe_dump(_config(mock.base_url, profile)))
         app = create_app(path, watch_interval_s=None)
+        spans = InMemorySpanExporter()
+        app.state.runtime.tracer = Tracer.from_config(
+            TracingConfig(enabled=True, sampleRatio=1.0), environment="test", exporter=spans, synchronous=True
+        )
         writer = WalWriter(tmp_path / f"wal-{len(made)}", instance_id="pii", limits=LIMITS, durable=True)
         writer.open()
         recorder = AuditRecorder(
@@ -113,6 +120,7 @@ async def make(tmp_path: Path, mock: MockServerThread, monkeypatch: pytest.Monke
         app.state.runtime.attach_audit(AuditPipeline(recorder=recorder, writer=writer, shipper=None))
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway", timeout=20)
         client.wal = tmp_path / f"wal-{len(made)}"  # type: ignore[attr-defined]
+        client.spans = spans  # type: ignore[attr-defined]
         made.append((app, client, writer))
         return client
 
@@ -120,7 +128,7 @@ async def make(tmp_path: Path, mock: MockServerThread, monkeypatch: pytest.Monke
     for app, client, writer in made:
         await client.aclose()
         await asyncio.to_thread(writer.close, 5.0)
-        await app.state.runtime.aclose()
+        await app.state.runtime.aclose()  # shuts the tracer down too
 
 
 def sent(mock: MockServerThread) -> list[str]:
@@ -309,3 +317,17 @@ async def test_a_vault_that_cannot_take_a_mapping_fails_the_request_before_the_p
     finally:
         await app.state.runtime.aclose()
     assert sent(mock) == ["no personal data here"]  # the failed request never reached the provider
+
+
+async def test_traces_hold_no_value_and_no_placeholder(make: Any) -> None:
+    client = await make()
+    body = {"model": "pii-openai", "messages": [{"role": "user", "content": PROMPT}]}
+    assert (await client.post("/v1/chat/completions", json=body, headers=AUTH)).status_code == 200
+    assert (await client.post("/v1/chat/completions", json={**body, "stream": True}, headers=AUTH)).status_code == 200
+    spans = client.spans.get_finished_spans()  # type: ignore[attr-defined]
+    assert len({s.context.trace_id for s in spans}) == 2, [s.name for s in spans]
+    dumped = "".join(
+        f"{s.name}{dict(s.attributes or {})}{[(e.name, dict(e.attributes or {})) for e in s.events]}" for s in spans
+    )
+    assert "pii-openai" in dumped  # the alias is there: the scan reads real span data
+    assert not any(c in dumped for c in (EMAIL, "4111", "DE89")) and "TWPII" not in dumped

@@ -147,3 +147,36 @@ async def test_a_session_keeps_one_placeholder_per_value_across_turns_and_restar
     table = yaml.safe_load(stage)["pii"]["vault"]["table"]
     items = Clients(cloud.endpoint, cloud.region, cloud.env()).client("dynamodb").scan(TableName=table)["Items"]
     assert len(items) == 1 and EMAIL not in str(items)
+
+
+async def test_host_scope_is_stable_across_a_tenants_requests_and_nowhere_else(
+    gateway: Any, mock: MockServerThread, config: Path
+) -> None:
+    """``host`` scope (approved with allowHostScope): one value, one placeholder for the whole
+    tenant, whoever sends it and in whichever session; another tenant's key never resolves it."""
+    cfg = yaml.safe_load(config.read_text())
+    cfg["pii"]["profiles"][0].update({"scope": "host", "allowHostScope": True})
+    other_key = "tw-pii-other-tenant-key-0002"
+    cfg["principals"].append(
+        {
+            "id": "q",
+            "tenant": "other",
+            "allowedModels": ["pii-session"],
+            "keys": [{"id": "q-k", "sha256": hashlib.sha256(other_key.encode()).hexdigest()}],
+        }
+    )
+    config.write_text(yaml.safe_dump(cfg))
+    client = await gateway()
+    first = await chat(client, f"Mail {EMAIL}", None)  # host scope needs no session header
+    assert first.status_code == 200, first.text
+    match = PLACEHOLDER_RE.search(last_echo(mock))
+    assert match is not None
+    placeholder = match.group(0)
+    again = await chat(client, f"Again {EMAIL}", "another-session")
+    assert again.status_code == 200 and placeholder in last_echo(mock)
+    restarted = await gateway()
+    same_tenant = await chat(restarted, f"who is {placeholder}?", None)
+    assert f"who is {EMAIL}?" in same_tenant.json()["choices"][0]["message"]["content"]
+    body = {"model": "pii-session", "messages": [{"role": "user", "content": f"who is {placeholder}?"}]}
+    foreign = await restarted.post("/v1/chat/completions", json=body, headers={"authorization": f"Bearer {other_key}"})
+    assert foreign.status_code == 200 and EMAIL not in foreign.text and placeholder in foreign.text
