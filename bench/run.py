@@ -47,6 +47,7 @@ from bench.resources import ResourceSampler
 from bench.servers import (
     ALIAS,
     ALIASES,
+    PII_KEY_ENV,
     PROVIDER_KEY_ENV,
     PROVIDER_MODEL,
     PROVIDER_MODELS,
@@ -57,9 +58,11 @@ from bench.servers import (
     gateway_config,
     measure_first_response,
     mock_command,
+    pii_vault_config,
     start_server,
 )
 from tollway.cloud.local import LocalCloud
+from tollway.cloud.resources import Topology, topology
 
 __all__ = ["RESULTS_SCHEMA", "main", "sweep_knee"]
 
@@ -106,6 +109,7 @@ class Runner:
             )
         self.user_key = "tw-bench-" + secrets.token_urlsafe(18)
         self.provider_key = "mock-bench-" + secrets.token_urlsafe(12)
+        self.pii_key = secrets.token_urlsafe(32)  # 32 random bytes; in the gateway's env whether used or not
         self.manifest: dict[str, Any] = {
             "schema": mf.MANIFEST_SCHEMA,
             "created": mf.now_utc(),
@@ -130,7 +134,7 @@ class Runner:
                 **profile.load.model_dump(mode="json"),
             },
         }
-        self.bodies: dict[tuple[str, bool, str, str], bytes] = {}
+        self.bodies: dict[tuple[str, bool, str, str, str | None], bytes] = {}
         self.py_spy: str | None = None
         if args.py_spy:
             self.py_spy = find_py_spy()
@@ -153,12 +157,13 @@ class Runner:
         kind = ENDPOINTS[step.endpoint]
         return ENDPOINTS[kind.upstream] if target == "direct" else kind
 
-    def _body(self, payload: str, stream: bool, target: str, kind: Endpoint) -> bytes:
-        key = (payload, stream, target, kind.name)
+    def _body(self, payload: str, stream: bool, target: str, kind: Endpoint, alias: str | None = None) -> bytes:
+        key = (payload, stream, target, kind.name, alias)
         if key not in self.bodies:
             body, sha = load_payload(payload)
             self.manifest["payloads"][payload] = {"file": _rel(PAYLOAD_DIR / f"{payload}.json"), "sha256": sha}
-            self.bodies[key] = orjson.dumps(kind.body(body, self._model(target, kind), stream))
+            model = alias if alias is not None and target == "gateway" else self._model(target, kind)
+            self.bodies[key] = orjson.dumps(kind.body(body, model, stream))
             self.manifest["payloads"][payload]["request_bytes"] = len(self.bodies[key])
         return self.bodies[key]
 
@@ -189,12 +194,19 @@ class Runner:
 
         digest = hashlib.sha256(self.user_key.encode()).hexdigest()
         overrides = dict(profile.gateway.config)
-        gateway_env = {PROVIDER_KEY_ENV: self.provider_key}
+        gateway_env = {PROVIDER_KEY_ENV: self.provider_key, PII_KEY_ENV: self.pii_key}
+        if profile.gateway.pii_vault:
+            topo = self._start_cloud(gateway_env)
+            overrides["pii"] = deep_merge({"vault": pii_vault_config(topo.prefix)}, overrides.get("pii", {}))
         if profile.gateway.audit != "off":
             if profile.gateway.audit_sink == "kafka":
                 cloud_audit = self._start_kafka(profile.gateway.audit)
             else:
-                cloud_audit = self._start_cloud(profile.gateway.audit, gateway_env)
+                topo = self._start_cloud(gateway_env)
+                cloud_audit = self._audit_block(
+                    profile.gateway.audit, {"type": "sqs", "queueName": topo.queue("audit").name}
+                )
+                self.manifest["cloud"]["durability"] = profile.gateway.audit
             # The profile's own audit: keys (commit delay, say) refine the cloud's block.
             overrides["audit"] = deep_merge(cloud_audit, overrides.get("audit", {}))
         tracing = overrides.get("telemetry", {}).get("tracing", {})
@@ -204,7 +216,9 @@ class Runner:
             self.otlp_sink = OtlpSink().__enter__()  # in this process: its CPU is not the gateway's
             tracing["endpoint"] = self.otlp_sink.endpoint
         endpoints = {step.endpoint for step in profile.steps}
-        config = gateway_config(self.mock.url, profile.mock.faults, digest, overrides, endpoints)
+        config = gateway_config(
+            self.mock.url, profile.mock.faults, digest, overrides, endpoints, profile.gateway.extra_models
+        )
         pricing = config.get("governance", {}).get("pricing", {})
         if pricing.get("catalogFile"):  # a profile names it relative to bench/
             pricing["catalogFile"] = str((Path(__file__).parent / pricing["catalogFile"]).resolve())
@@ -241,18 +255,19 @@ class Runner:
         roots.update({name: peer.server.pid for name, peer in self.peers.items()})
         self.sampler = ResourceSampler(roots).start()
 
-    def _start_cloud(self, durability: str, gateway_env: dict[str, str]) -> dict[str, object]:
-        """moto server on a free port with the bench stage's resources; returns the ``audit:`` block."""
+    def _start_cloud(self, gateway_env: dict[str, str]) -> Topology:
+        """moto server on a free port with the bench stage's resources (once, for the audit queue and
+        the PII vault alike); adds its endpoint and credentials to ``gateway_env``."""
         from tollway.cloud.bootstrap import bootstrap
         from tollway.cloud.local import start_local_cloud
-        from tollway.cloud.resources import topology
 
-        self.cloud = start_local_cloud(0, log_path=self.out / "cloud.log")
         topo = topology("bench")
-        bootstrap(topo, endpoint=self.cloud.endpoint, region=self.cloud.region, env=self.cloud.env())
+        if self.cloud is None:
+            self.cloud = start_local_cloud(0, log_path=self.out / "cloud.log")
+            bootstrap(topo, endpoint=self.cloud.endpoint, region=self.cloud.region, env=self.cloud.env())
+            self.manifest["cloud"] = {"endpoint": self.cloud.endpoint, "stage": topo.prefix}
         gateway_env.update(self.cloud.env())
-        self.manifest["cloud"] = {"endpoint": self.cloud.endpoint, "stage": topo.prefix, "durability": durability}
-        return self._audit_block(durability, {"type": "sqs", "queueName": topo.queue("audit").name})
+        return topo
 
     def _start_kafka(self, durability: str) -> dict[str, object]:
         """A Tansu broker on a free loopback port with the audit topic; returns the ``audit:`` block."""
@@ -327,10 +342,12 @@ class Runner:
         load = self.profile.load
         kind = self._kind(target, step)
         url, headers = self._target(target, kind)
+        if target == "gateway":
+            headers = {**headers, **step.headers}
         warmup = step.warmup_s if step.warmup_s is not None else load.warmup_s
         return LoadSpec(
             url=url,
-            body=self._body(step.payload, step.stream, target, kind),
+            body=self._body(step.payload, step.stream, target, kind, step.model),
             rate=rate,
             duration_s=step.duration_s if step.duration_s is not None else load.duration_s,
             warmup_s=0.0 if step.follows_previous else warmup,

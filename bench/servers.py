@@ -32,12 +32,14 @@ from typing import IO, Any, Final
 __all__ = [
     "ALIAS",
     "ALIASES",
+    "PII_KEY_ENV",
     "PROVIDER_KEY_ENV",
     "PROVIDER_MODEL",
     "PROVIDER_MODELS",
     "Server",
     "gateway_config",
     "measure_first_response",
+    "pii_vault_config",
     "start_polled",
     "start_server",
 ]
@@ -59,6 +61,8 @@ PROVIDER_MODELS: Final[Mapping[str, str]] = {
 }
 """The model each mock endpoint is called with, by the gateway's route and by the direct baseline alike."""
 PROVIDER_KEY_ENV: Final = "TOLLWAY_BENCH_PROVIDER_KEY"
+PII_KEY_ENV: Final = "TOLLWAY_BENCH_PII_KEY"
+"""The PII placeholder key's variable: a run always sets it (random), for profiles with ``pii:``."""
 _START_TIMEOUT_S: Final = 30.0
 
 
@@ -261,12 +265,16 @@ def gateway_config(
     key_digest: str,
     overrides: Mapping[str, Any],
     endpoints: Collection[str] = ("chat",),
+    extra_models: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """One alias on one mock deployment, one principal; the same fault prefix the direct target uses.
 
     ``endpoints`` (the profile's endpoint kinds) add what they call and nothing else, so a chat
     profile's config stays as it always was: ``messages`` an Anthropic provider on the same mock and
     an alias routed to it in its own format, ``embeddings`` an embeddings-only alias.
+    ``extra_models`` are more aliases, each deep-merged over a copy of the chat alias after
+    ``overrides`` (a list there would replace ``models`` whole) and allowed to the principal; a
+    copied route's id gets the alias's name appended.
     """
     config: dict[str, Any] = {
         "maxRequestBodyBytes": 1048576,
@@ -312,7 +320,28 @@ def gateway_config(
         _add_messages_alias(config, mock_url + fault_prefix(faults))
     if "embeddings" in endpoints:
         _add_embeddings_alias(config)
-    return deep_merge(config, overrides)
+    chat_alias = config["models"][0]
+    deep_merge(config, overrides)
+    for extra in extra_models:
+        _add_alias(config, _copied_alias(chat_alias, extra))
+    return config
+
+
+def _copied_alias(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``extra`` over a copy of ``base``; copied routes get ids of their own (route ids are unique)."""
+    alias = copy.deepcopy(dict(base))
+    if "routes" not in extra:
+        for route in alias["routes"]:
+            route["id"] = f"{route['id']}-{extra['name']}"
+    return deep_merge(alias, extra)
+
+
+def pii_vault_config(prefix: str = "bench") -> dict[str, Any]:
+    """``pii.vault`` on the local cloud's stage ``prefix``: its ``pii-vault`` table and KMS key, as bootstrapped."""
+    from tollway.cloud.resources import topology
+
+    topo = topology(prefix)
+    return {"type": "dynamodb", "table": topo.table("pii-vault").name, "kmsKeyId": topo.kms_key("pii-vault").alias}
 
 
 def _add_alias(config: dict[str, Any], model: dict[str, Any]) -> None:

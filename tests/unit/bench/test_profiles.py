@@ -8,8 +8,10 @@ import pytest
 import yaml
 
 from bench.profiles import PAYLOAD_DIR, PROFILE_DIR, Profile, load_payload, load_profile
-from bench.servers import ALIASES, PROVIDER_KEY_ENV, PROVIDER_MODELS, gateway_config
+from bench.servers import ALIASES, PII_KEY_ENV, PROVIDER_KEY_ENV, PROVIDER_MODELS, gateway_config, pii_vault_config
 from tollway.config.loader import load_config
+from tollway.config.schema import RouterConfig
+from tollway.pii.detectors import BUILTIN_KINDS, build_detector
 
 NAMES = sorted(p.stem for p in PROFILE_DIR.glob("*.yml"))
 
@@ -142,3 +144,63 @@ def test_the_embeddings_alias_serves_embeddings_only(tmp_path: Path) -> None:
         ALIASES["chat"]: ["chat"],
         ALIASES["embeddings"]: ["embeddings"],
     }
+
+
+def _loaded(tmp_path: Path, config: dict[str, object]) -> RouterConfig:
+    path = tmp_path / "llm-router.yml"
+    path.write_text(yaml.safe_dump(config))
+    return load_config(path, {PROVIDER_KEY_ENV: "k", PII_KEY_ENV: "p" * 43})
+
+
+@pytest.mark.parametrize(("name", "scope"), [("pii-request", "request"), ("pii-session", "session")])
+def test_the_pii_profiles_config_loads_with_a_pii_alias_beside_the_plain_one(
+    tmp_path: Path, name: str, scope: str
+) -> None:
+    profile, _, _ = load_profile(name)
+    overrides = dict(profile.gateway.config)
+    if profile.gateway.pii_vault:  # what bench/run.py adds once the local cloud is up
+        overrides["pii"] = {**overrides["pii"], "vault": pii_vault_config()}
+    config = gateway_config(
+        "http://127.0.0.1:9", profile.mock.faults, "ab" * 32, overrides, {"chat"}, profile.gateway.extra_models
+    )
+    loaded = _loaded(tmp_path, config)
+    assert {m.name: m.piiProfileId for m in loaded.models} == {ALIASES["chat"]: None, "bench-pii-v1": "bench-pii"}
+    assert [p.scope for p in loaded.pii.profiles] == [scope]
+    assert config["pii"]["keySecretRef"] == f"env:{PII_KEY_ENV}"
+    steps = {s.name: s for s in profile.steps}
+    for mode in ("buffered", "sse"):
+        plain, pii = steps[f"{mode}-plain"], steps[f"{mode}-pii"]
+        assert (plain.model, pii.model) == (None, "bench-pii-v1")
+        assert plain.payload == pii.payload == "pii-2k"
+        assert (plain.rate, plain.stream) == (pii.rate, pii.stream) == (pii.rate, mode == "sse")
+    if scope == "session":
+        assert steps["sse-pii"].headers == steps["buffered-pii"].headers == {"X-Tollway-Session-Id": "bench-session-1"}
+
+
+def test_the_pii_payload_holds_five_values_in_2_kb_of_prose() -> None:
+    body, _ = load_payload("pii-2k")
+    (user,) = [m["content"] for m in body["messages"] if m["role"] == "user"]
+    assert 1900 <= len(user) <= 2200
+    found = build_detector(BUILTIN_KINDS).find(user)
+    assert sorted(span.kind for span in found) == ["card", "email", "email", "iban", "phone"]
+
+
+def test_an_extra_model_copies_the_chat_alias_with_route_ids_of_its_own(tmp_path: Path) -> None:
+    extra = {"name": "bench-two-v1", "capabilities": ["streaming"]}
+    config = gateway_config("http://127.0.0.1:9", "", "ab" * 32, {}, {"chat"}, [extra])
+    plain, two = config["models"]
+    assert (two["name"], two["capabilities"]) == ("bench-two-v1", ["streaming"])
+    assert two["routes"][0]["id"] == "bench-primary-bench-two-v1"
+    assert {**two["routes"][0], "id": "bench-primary"} == plain["routes"][0]
+    assert config["principals"][0]["allowedModels"] == ["bench-v1", "bench-two-v1"]
+    assert {m.name for m in _loaded(tmp_path, config).models} == {"bench-v1", "bench-two-v1"}
+
+
+def test_a_step_calls_the_endpoints_alias_with_no_extra_headers_unless_it_says() -> None:
+    step = Profile.model_validate({"name": "p", "steps": [{"name": "x", "rate": 1}]}).steps[0]
+    assert (step.model, step.headers) == (None, {})
+    for name in NAMES:
+        profile, _, _ = load_profile(name)
+        if not name.startswith("pii-"):
+            assert not profile.gateway.extra_models and not profile.gateway.pii_vault
+            assert all(s.model is None and not s.headers for s in profile.steps)
