@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from tollway.api.envelope import ParsedEnvelope, parse_body
 from tollway.api.envelope import bad as _bad
+from tollway.api.envelope import extensions as _extensions
 from tollway.api.envelope import metadata as _metadata
 from tollway.api.envelope import number as _number
 from tollway.api.envelope import require as _require
@@ -221,20 +222,6 @@ def _stop(raw: Any) -> list[str]:
     return cast(list[str], stops)
 
 
-def _unknown_fields(body: dict[str, Any], plan: AliasPlan) -> dict[str, Any]:
-    extensions: dict[str, Any] = {}
-    for key, value in body.items():
-        if key in _PROFILE or value is None:
-            continue
-        if key in plan.allowed_parameters:
-            extensions[key] = value
-        elif any(value == d and type(value) is type(d) for d in _SDK_DEFAULTS.get(key, ())):
-            continue
-        elif plan.reject_unknown_parameters:
-            raise UnsupportedParameter(f"Unsupported parameter: '{key}'.", param=key)
-    return extensions
-
-
 def _output_limit(body: dict[str, Any], plan: AliasPlan) -> int | None:
     max_tokens, max_completion = _int(body, "max_tokens"), _int(body, "max_completion_tokens")
     if max_tokens is not None and max_completion is not None and max_tokens != max_completion:
@@ -269,7 +256,7 @@ def _apply_options(req: CanonicalRequest, body: dict[str, Any], plan: AliasPlan)
 def to_canonical(env: ParsedEnvelope, plan: AliasPlan) -> CanonicalRequest:
     """Check ``env`` against the alias's policy and build the canonical request."""
     body = env.body
-    extensions = _unknown_fields(body, plan)
+    extensions = _extensions(body, _PROFILE, plan, _SDK_DEFAULTS)
     if env.stream:
         _require(plan, "streaming", "stream")
     messages_raw = body.get("messages")

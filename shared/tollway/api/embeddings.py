@@ -17,16 +17,17 @@ from typing import Any, Literal
 
 import orjson
 
-from tollway.api.envelope import bad, parse_body, user
+from tollway.api.envelope import bad, extensions, parse_body, user
 from tollway.api.errors import error_body, error_headers
 from tollway.canonical import EmbeddingRequest, EmbeddingResponse, estimate_tokens
-from tollway.exceptions import ContextLengthExceeded, GatewayError, UnsupportedParameter
+from tollway.exceptions import ContextLengthExceeded, GatewayError
 from tollway.pipeline.frontend import ErrorReply, HeaderGetter, Resolve, ResponseMeta
 from tollway.routing.plan import AliasPlan
 
 __all__ = ["EMBEDDINGS", "Embeddings"]
 
-_PROFILE = frozenset({"model", "input", "dimensions", "encoding_format", "user"})
+_PROFILE = frozenset({"model", "input", "dimensions", "encoding_format", "user", "stream"})
+"""``stream`` is read by ``decode`` itself: ``false`` is served, ``true`` refused."""
 _MAX_DIMENSIONS = 65_536
 _MAX_TOKEN_ID = 2**31 - 1
 _LITTLE_ENDIAN = sys.byteorder == "little"
@@ -77,14 +78,7 @@ class Embeddings:
             raise bad("Embeddings do not stream; leave 'stream' out.", "stream")
         plan = resolve(env.model, False)
         body = env.body
-        extensions: dict[str, Any] = {}
-        for key, value in body.items():
-            if key in _PROFILE or key == "stream" or value is None:
-                continue
-            if key in plan.allowed_parameters:
-                extensions[key] = value
-            elif plan.reject_unknown_parameters:
-                raise UnsupportedParameter(f"Unsupported parameter: '{key}'.", param=key)
+        passed = extensions(body, _PROFILE, plan)
         inputs = _inputs(body.get("input"), plan)
         if max(map(_size, inputs)) > plan.max_input_tokens:
             raise ContextLengthExceeded(
@@ -97,7 +91,7 @@ class Embeddings:
         if fmt is not None and fmt not in ("float", "base64"):
             raise bad("'encoding_format' must be 'float' or 'base64'.", "encoding_format")
         encoding: Literal["float", "base64"] = "base64" if fmt == "base64" else "float"
-        return EmbeddingRequest(inputs, dimensions, encoding, user(body), extensions=extensions)
+        return EmbeddingRequest(inputs, dimensions, encoding, user(body), extensions=passed)
 
     def encode_response(self, meta: ResponseMeta, resp: EmbeddingResponse, req: EmbeddingRequest) -> bytes:
         usage = resp.usage

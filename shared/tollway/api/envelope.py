@@ -9,6 +9,7 @@ request values.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 import orjson
@@ -22,6 +23,7 @@ __all__ = [
     "ParsedEnvelope",
     "bad",
     "collapse",
+    "extensions",
     "metadata",
     "number",
     "object_type",
@@ -119,3 +121,27 @@ def user(body: dict[str, Any]) -> str | None:
     if value is not None and (not isinstance(value, str) or len(value) > 256):
         raise bad("'user' must be a string of at most 256 characters.", "user")
     return value
+
+
+def extensions(
+    body: dict[str, Any],
+    profile: frozenset[str],
+    plan: AliasPlan,
+    sdk_defaults: Mapping[str, tuple[Any, ...]] | None = None,
+) -> dict[str, Any]:
+    """The fields outside the format's ``profile`` that the alias allowlists, to pass on. Any other
+    field is refused under ``unsupportedParameterPolicy: reject`` (ignored under ``ignore``), unless
+    it holds a value the SDKs send by default (``sdk_defaults``: key to the values that ask for
+    nothing). A ``null`` field counts as absent."""
+    out: dict[str, Any] = {}
+    defaults = sdk_defaults or {}
+    for key, value in body.items():
+        if key in profile or value is None:
+            continue
+        if key in plan.allowed_parameters:
+            out[key] = value
+        elif any(value == d and type(value) is type(d) for d in defaults.get(key, ())):
+            continue
+        elif plan.reject_unknown_parameters:
+            raise UnsupportedParameter(f"Unsupported parameter: '{key}'.", param=key)
+    return out
