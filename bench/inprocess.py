@@ -1,4 +1,4 @@
-"""``python -m bench.inprocess [--audit] [--telemetry T] [--requests N] [--json]``: the gateway's own CPU per request.
+"""``python -m bench.inprocess [--audit] [--telemetry T] [--pii] [--requests N]``: the gateway's own CPU per request.
 
 The whole ASGI app (middleware, route, pipeline, front end, stages, gateway, codec) serves ``N``
 buffered chat requests in this process, called directly with ASGI messages, with every provider
@@ -15,6 +15,10 @@ are measured too. CPU is ``time.process_time``: every thread of the process.
 (Prometheus, one process), ``traced`` adds tracing at ``sampleRatio: 0.01`` exported over OTLP to
 a sink in this process (``bench.otlp_sink``), so the exporter's thread is counted too.
 
+``--pii`` sends bench/payloads/pii-2k.json (2 KB, five PII values) to an alias with a request-scope
+PII profile, and the provider's answer repeats the first placeholder it was sent, so tokenization
+and recovery are both measured; ``--payload pii-2k`` without ``--pii`` is its baseline.
+
 To measure a commit from before the transport factory (``Publisher.transport_factory``), run this
 file against that commit's tree (``PYTHONPATH=<worktree>/shared:<worktree> .venv/bin/python
 bench/inprocess.py``): it then replaces the publisher's ``build_transport`` instead.
@@ -27,6 +31,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -52,13 +57,33 @@ _ANSWER = orjson.dumps(
 _BODY = orjson.dumps({"model": "a", "messages": [{"role": "user", "content": "Say hello."}]})
 
 
+_PLACEHOLDER = re.compile(rb"\[TWPII1_[A-Z0-9]+_[A-Z2-7]+_[A-Z2-7]+\]")
+
+
+def _answer(content: str) -> bytes:
+    return orjson.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+        }
+    )
+
+
 class _AnswerAtOnce:
     """A ``Transport`` whose every buffered call answers 200 with one completion, after one yield
-    to the event loop (as a socket read would)."""
+    to the event loop (as a socket read would). The completion repeats the first PII placeholder of
+    the request, when it has one, for the gateway to restore."""
 
     async def send(self, upstream: Any, timing: Any = None) -> tuple[int, Mapping[str, str], bytes]:
         await asyncio.sleep(0)
-        return 200, {"content-type": "application/json"}, _ANSWER
+        found = _PLACEHOLDER.search(upstream.body)
+        if found is None:
+            return 200, {"content-type": "application/json"}, _ANSWER
+        return 200, {"content-type": "application/json"}, _answer(f"Write to {found.group(0).decode()} today.")
 
     def stream(self, upstream: Any, timing: Any = None) -> Any:
         raise NotImplementedError("bench.inprocess measures buffered requests")
@@ -71,7 +96,7 @@ def _factory(*args: Any, **kwargs: Any) -> _AnswerAtOnce:
     return _AnswerAtOnce()
 
 
-def _config(directory: Path, audit: bool, telemetry: str = "off", otlp: str = "") -> Path:
+def _config(directory: Path, audit: bool, telemetry: str = "off", otlp: str = "", pii: bool = False) -> Path:
     cfg: dict[str, Any] = {
         "providers": {
             "p": {
@@ -97,6 +122,9 @@ def _config(directory: Path, audit: bool, telemetry: str = "off", otlp: str = ""
             }
         ],
     }
+    if pii:
+        cfg["pii"] = {"keySecretRef": "env:TOLLWAY_BENCH_PII_KEY", "profiles": [{"id": "p", "scope": "request"}]}
+        cfg["models"][0]["piiProfileId"] = "p"
     cfg["telemetry"] = {"metrics": {"enabled": telemetry != "off"}}
     if telemetry == "traced":
         cfg["telemetry"]["tracing"] = {"enabled": True, "endpoint": otlp, "sampleRatio": 0.01}
@@ -145,7 +173,10 @@ def chat_scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
     }
 
 
-async def _serve(app: Any, headers: list[tuple[bytes, bytes]]) -> int:
+async def _serve(
+    app: Any, headers: list[tuple[bytes, bytes]], body: bytes = _BODY, out: bytearray | None = None
+) -> int:
+    """One request; its status, and its response body in ``out`` when given."""
     scope = chat_scope(headers)
     read = False
     done = asyncio.Event()
@@ -155,7 +186,7 @@ async def _serve(app: Any, headers: list[tuple[bytes, bytes]]) -> int:
         nonlocal read
         if not read:
             read = True
-            return {"type": "http.request", "body": _BODY, "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": False}
         await done.wait()
         return {"type": "http.disconnect"}
 
@@ -163,15 +194,29 @@ async def _serve(app: Any, headers: list[tuple[bytes, bytes]]) -> int:
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
+        elif out is not None:
+            out.extend(message.get("body", b""))
 
     await app(scope, receive, send)
     done.set()
     return status
 
 
-def measure(*, audit: bool, requests: int, warmup: int = 300, telemetry: str = "off") -> dict[str, Any]:
+def _body(payload: str) -> bytes:
+    if payload == "small":
+        return _BODY
+    doc = orjson.loads((Path(__file__).parent / "payloads" / f"{payload}.json").read_bytes())
+    return orjson.dumps({"model": "a", "messages": doc["messages"]})
+
+
+def measure(
+    *, audit: bool, requests: int, warmup: int = 300, telemetry: str = "off", pii: bool = False, payload: str = ""
+) -> dict[str, Any]:
     """CPU and wall time per request, over ``requests`` after ``warmup``; raises if one is not a 200."""
+    payload = payload or ("pii-2k" if pii else "small")
+    body = _body(payload)
     os.environ.setdefault("TOLLWAY_BENCH_PROVIDER_KEY", "sk-bench")
+    os.environ.setdefault("TOLLWAY_BENCH_PII_KEY", "bench-pii-key-" + "k" * 32)
     os.environ["TOLLWAY_AUDIT_SHIPPER"] = "external"
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     _install_transport()
@@ -179,20 +224,24 @@ def measure(*, audit: bool, requests: int, warmup: int = 300, telemetry: str = "
     from tollway.server.app import create_app
 
     with tempfile.TemporaryDirectory() as tmp, OtlpSink() as sink:
-        app = create_app(_config(Path(tmp), audit, telemetry, sink.endpoint), watch_interval_s=None)
+        app = create_app(_config(Path(tmp), audit, telemetry, sink.endpoint, pii), watch_interval_s=None)
         headers = [
             (b"authorization", f"Bearer {KEY}".encode()),
             (b"content-type", b"application/json"),
-            (b"content-length", str(len(_BODY)).encode()),
+            (b"content-length", str(len(body)).encode()),
         ]
 
         async def run() -> tuple[float, float]:
             async with app.router.lifespan_context(app):
                 for _ in range(warmup):
-                    await _serve(app, headers)
+                    await _serve(app, headers, body)
+                answer = bytearray()
+                await _serve(app, headers, body, answer)
+                if pii and (b"TWPII" in answer or b"@example.com" not in answer):
+                    raise RuntimeError("the gateway did not restore the placeholder the provider answered with")
                 cpu, wall = time.process_time(), time.perf_counter()
                 for _ in range(requests):
-                    status = await _serve(app, headers)
+                    status = await _serve(app, headers, body)
                     if status != 200:
                         raise RuntimeError(f"the gateway answered {status}")
                 return time.process_time() - cpu, time.perf_counter() - wall
@@ -201,6 +250,8 @@ def measure(*, audit: bool, requests: int, warmup: int = 300, telemetry: str = "
     return {
         "audit": audit,
         "telemetry": telemetry,
+        "pii": pii,
+        "payload": payload,
         "requests": requests,
         "cpu_us_per_request": round(cpu_s / requests * 1e6, 1),
         "wall_us_per_request": round(wall_s / requests * 1e6, 1),
@@ -212,17 +263,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.inprocess", description=__doc__.split("\n")[0])
     parser.add_argument("--audit", action="store_true", help="audit trail on (WAL written, not shipped)")
     parser.add_argument("--telemetry", choices=["off", "metrics", "traced"], default="off")
+    parser.add_argument("--pii", action="store_true", help="a request-scope PII alias (payload pii-2k)")
+    parser.add_argument("--payload", choices=["small", "pii-2k"], default="", help="small, or pii-2k with --pii")
     parser.add_argument("--requests", type=int, default=3000, help="measured requests (default 3000)")
     parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = parser.parse_args(argv)
     if args.requests < 1 or args.warmup < 0:
         parser.error("--requests must be at least 1 and --warmup at least 0")
-    result = measure(audit=args.audit, requests=args.requests, warmup=args.warmup, telemetry=args.telemetry)
+    result = measure(
+        audit=args.audit,
+        requests=args.requests,
+        warmup=args.warmup,
+        telemetry=args.telemetry,
+        pii=args.pii,
+        payload=args.payload,
+    )
     if args.json:
         print(json.dumps(result))
     else:
         mode = ("audit on " if result["audit"] else "audit off") + f", telemetry {result['telemetry']}"
+        mode += f", payload {result['payload']}" + (", PII request scope" if result["pii"] else "")
         print(
             f"{mode}: {result['cpu_us_per_request']} µs CPU, {result['wall_us_per_request']} µs wall per request "
             f"({result['requests']} requests, Python {result['python']})"

@@ -26,6 +26,7 @@ from tollway.audit.recorder import AuditRecorder
 from tollway.audit.wal import WalReader, WalWriter
 from tollway.config.schema import TracingConfig
 from tollway.mock.server import MockServerThread
+from tollway.pii.vault.memory import MemoryPiiVault
 from tollway.server.app import create_app
 from tollway.telemetry.tracing import Tracer
 
@@ -331,3 +332,50 @@ async def test_traces_hold_no_value_and_no_placeholder(make: Any) -> None:
     )
     assert "pii-openai" in dumped  # the alias is there: the scan reads real span data
     assert not any(c in dumped for c in (EMAIL, "4111", "DE89")) and "TWPII" not in dumped
+
+
+class _CountingVault(MemoryPiiVault):
+    """The memory vault, counting the inserts that reach it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inserts = 0
+
+    async def insert(self, entry: Any, value: str) -> None:
+        self.inserts += 1
+        await super().insert(entry, value)
+
+
+async def test_a_session_stores_each_value_once_however_many_turns_repeat_it(
+    tmp_path: Path, mock: MockServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOLLWAY_PII_FN_PROVIDER_KEY", "sk-pii-functional")
+    monkeypatch.setenv("TOLLWAY_PII_FN_KEY", "k" * 40)
+    cfg = _config(mock.base_url, {"scope": "session"})
+    cfg["pii"]["vault"] = {"type": "dynamodb", "table": "unused", "kmsKeyId": "unused"}
+    path = tmp_path / "llm-router.yml"
+    path.write_text(yaml.safe_dump(cfg))
+    app = create_app(path, watch_interval_s=None)
+    vault = _CountingVault()
+    app.state.runtime.pii._vault_factory = lambda: vault
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
+            turns = [{"role": "user", "content": PROMPT}]
+            for turn in range(3):  # each turn resends the conversation so far: the same values
+                body = {"model": "pii-openai", "messages": turns}
+                resp = await client.post(
+                    "/v1/chat/completions", json=body, headers={**AUTH, "x-tollway-session-id": "s"}
+                )
+                assert resp.status_code == 200, resp.text
+                turns += [resp.json()["choices"][0]["message"], {"role": "user", "content": f"turn {turn}"}]
+            stored = len(vault)
+            assert stored >= 3 and vault.inserts == stored  # one write per value, none per repeat
+            other = await client.post(
+                "/v1/chat/completions",
+                json={"model": "pii-openai", "messages": [{"role": "user", "content": PROMPT}]},
+                headers={**AUTH, "x-tollway-session-id": "another"},
+            )
+            assert other.status_code == 200
+            assert vault.inserts == 2 * stored  # another session: other ids, stored again
+    finally:
+        await app.state.runtime.aclose()

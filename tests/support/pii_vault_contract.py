@@ -10,6 +10,7 @@ durable, and the restart test proves that it does not pretend to be.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
@@ -103,6 +104,28 @@ class VaultContract:
         with pytest.raises(TokenExists):  # a revoked entry still holds its token id
             await vault.insert(entry(), VALUE)
         assert await vault.resolve(TOKEN, BINDING, NOW) is None
+
+    async def test_a_refused_insert_reports_until_when_the_live_entry_lives(self, vault: PiiVault) -> None:
+        await vault.insert(entry(expires_at=NOW + 10.2), VALUE)
+        with pytest.raises(TokenExists) as live:
+            await vault.insert(entry(), VALUE)
+        assert live.value.expires_at == NOW + 11  # the stored deadline: rounded up to a whole second
+        await vault.revoke(TOKEN)
+        with pytest.raises(TokenExists) as revoked:
+            await vault.insert(entry(), VALUE)
+        assert revoked.value.expires_at is None  # nothing to remember: it stays revoked
+
+    async def test_an_expired_entry_not_yet_purged_is_replaced_by_an_insert(self, vault: PiiVault) -> None:
+        # Expired by the vault's own (real) clock: a session's id for the same value is the same
+        # after its TTL, and must be storable again even where the table purges late or never.
+        await vault.insert(entry(expires_at=time.time() - 5), "the old value")
+        await vault.insert(entry(expires_at=NOW + 3600), VALUE)
+        assert await vault.resolve(TOKEN, BINDING, NOW) == VALUE
+        await vault.insert(entry(OTHER_TOKEN, expires_at=time.time() - 5), "revoked and expired")
+        await vault.revoke(OTHER_TOKEN)
+        with pytest.raises(TokenExists):  # a revoked entry is never replaced, expired or not
+            await vault.insert(entry(OTHER_TOKEN, expires_at=NOW + 3600), "again")
+        assert await vault.resolve(OTHER_TOKEN, BINDING, NOW) is None
 
     async def test_unicode_values_come_back_exactly(self, vault: PiiVault) -> None:
         tokens = [f"UNICODE{i:09d}" for i in range(len(UNICODE_VALUES))]

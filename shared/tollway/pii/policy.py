@@ -16,7 +16,6 @@ linkable inside the scope by design, and nowhere else, since the binding is unde
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 from dataclasses import dataclass, field, replace
@@ -26,7 +25,7 @@ import orjson
 
 from tollway.canonical import CanonicalRequest, ContentPart, EmbeddingRequest, Message, TextPart, ToolCall
 from tollway.pii.detectors import Detector
-from tollway.pii.placeholders import PLACEHOLDER_RE, PlaceholderMinter, normalise_kind
+from tollway.pii.placeholders import PLACEHOLDER_RE, PlaceholderMinter, encode_id, normalise_kind
 from tollway.pii.recovery import Mapping
 
 __all__ = ["ENRICHMENT", "PiiKeys", "PiiProfile", "Tokenized", "Tokenizer"]
@@ -74,7 +73,7 @@ class PiiKeys:
     def derived_id(self, binding: bytes, kind: str, value: str) -> str:
         state = hmac.new(self._derive, binding, hashlib.sha256)
         state.update(b"\x00" + kind.encode("ascii") + b"\x00" + value.encode("utf-8"))
-        return base64.b32encode(state.digest()[:10]).decode("ascii")
+        return encode_id(state.digest()[:10])
 
     def __repr__(self) -> str:
         return f"PiiKeys({self.minter!r})"

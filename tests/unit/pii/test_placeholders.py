@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import pickle
 import re
 
@@ -16,6 +18,7 @@ from tollway.pii.placeholders import (
     PLACEHOLDER_RE,
     PlaceholderKey,
     PlaceholderMinter,
+    encode_id,
     is_placeholder_prefix,
     normalise_kind,
     scope_binding,
@@ -40,6 +43,18 @@ def parts(token: str) -> tuple[str, str, str]:
 
 
 # --- grammar -------------------------------------------------------------------------------
+
+
+@given(st.binary(min_size=10, max_size=10))
+def test_id_encoding_is_rfc4648_base32(raw: bytes) -> None:
+    assert encode_id(raw) == base64.b32encode(raw).decode("ascii")
+
+
+@given(st.text(BASE32, min_size=16, max_size=16), st.binary(min_size=32, max_size=32))
+def test_mac_is_the_first_65_bits_of_the_hmac_in_base32(token_id: str, binding: bytes) -> None:
+    msg = f"tollway.pii.placeholder\x00TWPII1\x00{token_id}\x00EMAIL\x00".encode("ascii") + binding
+    digest = hmac.new(SECRET, msg, hashlib.sha256).digest()
+    assert PlaceholderKey(SECRET).mac(token_id, "EMAIL", binding) == base64.b32encode(digest[:9]).decode()[:13]
 
 
 def test_lengths_follow_from_the_grammar() -> None:

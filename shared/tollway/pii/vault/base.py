@@ -10,8 +10,11 @@ both the token id and its binding learns nothing.
 
 Contract, for every implementation (``tests/support/pii_vault_contract.py`` checks each):
 
-* :meth:`PiiVault.insert` never overwrites: a token id that already has an entry (live, revoked,
-  or expired but not yet purged) raises :class:`TokenExists` and leaves the entry as it was.
+* :meth:`PiiVault.insert` never overwrites a live or revoked entry: a token id that has one
+  raises :class:`TokenExists` (with the live entry's deadline, so a caller can remember that it is
+  stored) and leaves the entry as it was. An active entry past its deadline but not yet purged is
+  replaced: a session's ids are keyed hashes of its values, so without that, a value could never
+  be stored again in a session that outlived its entries' TTL while the table had not purged them.
 * :meth:`PiiVault.resolve` returns the value only for the exact token id, under the binding it
   was inserted with, while the entry is active and ``now`` is before its expiry. Every other case
   (unknown token, another binding, revoked, expired, an entry that fails its integrity check) is
@@ -74,11 +77,16 @@ class VaultUnavailable(VaultError):
 
 
 class TokenExists(VaultError):
-    """An insert named a token id that already has an entry; the entry was left as it was.
+    """An insert named a token id that already has a live or revoked entry; it was left as it was.
 
-    Token ids are random (80 bits or more), so this means a bug or a replayed insert, never a
-    normal collision; a caller mints a new placeholder rather than retrying the same id.
+    A random id (80 bits) means a bug or a replayed insert, never a normal collision. A session's
+    ids are keyed hashes of their values, so there it means the value is stored already: until
+    ``expires_at``, the live entry's deadline (``None`` when revoked or not reported).
     """
+
+    def __init__(self, message: str, expires_at: float | None = None) -> None:
+        super().__init__(message)
+        self.expires_at = expires_at
 
 
 @dataclass(frozen=True, slots=True)

@@ -275,13 +275,22 @@ class DynamoDBPiiVault:
             "createdAt": {"N": str(int(self._clock()))},
             "expiresAt": {"N": str(entry.deadline)},
         }
-        request = {"TableName": self.table, "Item": item, "ConditionExpression": "attribute_not_exists(pk)"}
+        request = {
+            "TableName": self.table,
+            "Item": item,
+            # A live or revoked entry stays; an active one past its deadline, not yet purged, is replaced.
+            "ConditionExpression": "attribute_not_exists(pk) OR (#state = :active AND expiresAt <= :now)",
+            "ExpressionAttributeNames": {"#state": "state"},
+            "ExpressionAttributeValues": {":active": {"S": _ACTIVE}, ":now": {"N": str(int(self._clock()))}},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
         try:
             await self._call("dynamodb", "put_item", request)
         except ClientError as exc:
             if aws_error_code(exc) == _CONDITION_FAILED:
                 raise TokenExists(
-                    f"pii vault table {self.table}: insert refused: the token id already has an entry"
+                    f"pii vault table {self.table}: insert refused: the token id already has an entry",
+                    _live_deadline(exc),
                 ) from None
             raise self._unavailable("dynamodb", "PutItem", exc) from None
         except BotoCoreError as exc:
@@ -374,6 +383,17 @@ class _KmsDataKeys:
 
     async def unwrap(self, wrapped: bytes, key_id: str) -> bytes | None:
         return await self._vault._decrypt_data_key(wrapped, key_id)
+
+
+def _live_deadline(exc: Exception) -> float | None:
+    """The deadline of the active entry a refused insert met (DynamoDB returns it on request)."""
+    item = getattr(exc, "response", {}).get("Item") or {}
+    try:
+        if item["state"]["S"] == _ACTIVE:
+            return float(item["expiresAt"]["N"])
+    except (KeyError, TypeError, ValueError):
+        pass
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,8 @@ class _Stored:
 
 
 class MemoryPiiVault:
-    """``clock`` (epoch seconds) is only used to purge expired entries when the vault is full."""
+    """``clock`` (epoch seconds) decides when an expired entry may be replaced or purged (when the
+    vault is full); resolve takes the caller's ``now``."""
 
     def __init__(self, *, max_entries: int = DEFAULT_MAX_ENTRIES, clock: Callable[[], float] = time.time) -> None:
         if max_entries < 1:
@@ -55,8 +56,10 @@ class MemoryPiiVault:
     async def insert(self, entry: VaultEntry, value: str) -> None:
         self._check_open("insert")
         check_value(value)
-        if entry.token_id in self._entries:
-            raise TokenExists("memory pii vault: insert refused: the token id already has an entry")
+        existing = self._entries.get(entry.token_id)
+        if existing is not None and (existing.value is None or self._clock() < existing.deadline):
+            live = existing.deadline if existing.value is not None else None
+            raise TokenExists("memory pii vault: insert refused: the token id already has an entry", live)
         if len(self._entries) >= self._max_entries:
             self.expire(self._clock())
             if len(self._entries) >= self._max_entries:

@@ -13,7 +13,11 @@ provider was sent, and how recovery went. Never a value or a placeholder.
 
 In ``session`` and ``host`` scope each new placeholder is also put in the vault before any provider
 work (a vault that cannot take it fails the request with a 503), and a buffered answer's
-placeholder that verifies under the scope but is not this request's is looked up there.
+placeholder that verifies under the scope but is not this request's is looked up there. A session's
+placeholder ids are keyed hashes of its values, so the same values come back on every turn: the
+stage remembers, per process and bounded (``STORED_CACHE_SIZE``), until when each id it stored (or
+found stored) lives, and writes it again only after that, so a turn that repeats the conversation
+costs no vault write (and no KMS data key) for what an earlier turn stored.
 """
 
 from __future__ import annotations
@@ -51,6 +55,11 @@ __all__ = ["PiiStage", "PiiState"]
 log = logging.getLogger("tollway.pii")
 
 VaultFactory = Callable[[], PiiVault]
+
+STORED_CACHE_SIZE = 65_536
+"""Token ids whose vault entry this process knows to be live: about 100 bytes each."""
+_STORED_MARGIN_S = 5.0
+"""An entry this close to its deadline is written again (a replica's clock may run ahead)."""
 
 _MODEL_THREAD: list[ThreadPoolExecutor] = []
 
@@ -118,11 +127,13 @@ class PiiState:
 
 class PiiStage(BaseStage):
     name = "pii"
-    __slots__ = ("_vault", "_vault_factory")
+    __slots__ = ("_stored", "_vault", "_vault_factory")
 
     def __init__(self, vault_factory: VaultFactory | None = None) -> None:
         self._vault_factory = vault_factory
         self._vault: PiiVault | None = None
+        self._stored: dict[str, float] = {}
+        """Token id → the deadline of its live vault entry; oldest first, bounded."""
 
     def _vault_for(self) -> PiiVault:
         if self._vault is None:
@@ -176,19 +187,36 @@ class PiiStage(BaseStage):
 
     async def _store(self, out: Tokenized, binding: bytes, tenant: str, profile: PiiProfile) -> None:
         vault = self._vault_for()
-        expires = time.time() + profile.ttl_s
+        now = time.time()
+        expires = now + profile.ttl_s
         scope: Literal["session", "host"] = "host" if profile.scope == "host" else "session"
+        stored = self._stored
         for token, kind, value in out.minted:
             match = PLACEHOLDER_RE.fullmatch(token)
             assert match is not None
-            entry = VaultEntry(match.group(2), kind, binding, tenant, expires, scope=scope)
+            token_id = match.group(2)
+            if stored.get(token_id, 0.0) > now + _STORED_MARGIN_S:
+                continue
+            entry = VaultEntry(token_id, kind, binding, tenant, expires, scope=scope)
             try:
                 await vault.insert(entry, value)
-            except TokenExists:
-                continue  # the same value earlier in this session: its id is a keyed hash of it
+            except TokenExists as exc:
+                # The same value earlier in this session (its id is a keyed hash of it): remember until
+                # when it lives; a revoked one is not remembered, and stays revoked.
+                if exc.expires_at is not None:
+                    self._remember(token_id, exc.expires_at)
+                continue
             except VaultError as exc:
                 log.error("PII vault insert failed: %s", type(exc).__name__)
                 raise PiiUnavailable() from None
+            self._remember(token_id, entry.deadline)
+
+    def _remember(self, token_id: str, deadline: float) -> None:
+        stored = self._stored
+        stored.pop(token_id, None)
+        if len(stored) >= STORED_CACHE_SIZE:
+            del stored[next(iter(stored))]
+        stored[token_id] = deadline
 
     async def after(self, call: Call, response: CanonicalResponse) -> None:
         state = call.pii
