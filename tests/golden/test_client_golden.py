@@ -117,6 +117,7 @@ PROVIDERS = {f.value: f for f in ProviderFormat}
 TARGETS = {
     ProviderFormat.OPENAI_CHAT: Target("gpt-4o-2024-08-06", default_max_output_tokens=1024),
     ProviderFormat.ANTHROPIC_MESSAGES: Target("claude-sonnet-4-5-20250929", default_max_output_tokens=1024),
+    ProviderFormat.GEMINI: Target("gemini-2.5-flash", default_max_output_tokens=1024),
 }
 CHAIN_REQUEST = "streaming"
 

@@ -99,7 +99,9 @@ _PROFILE = frozenset(
 _NOT_YET = frozenset({"cache_control", "container", "mcp_servers", "context_management"})
 """Anthropic fields the canonical request cannot carry yet: refused with a message that says so."""
 _NOT_YET_KEYS = frozenset({"citations"})
-_OPENAI_FORMAT = "openai-chat-completions"
+_ANTHROPIC_FORMAT = "anthropic-messages"
+_TOP_K_FORMATS = frozenset({_ANTHROPIC_FORMAT, "gemini"})
+"""The provider formats that carry a top-k cut-off (Gemini's ``generationConfig.topK``)."""
 _IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 _MAX_MESSAGES = 4096
 _MAX_TOOLS = 128
@@ -122,7 +124,7 @@ _CACHE_KEYS = frozenset({"type", "ttl"})
 
 
 class _Checks:
-    """One request's view of its alias while it is checked: whether a route is OpenAI-format
+    """One request's view of its alias while it is checked: whether a route is not Anthropic-format
     (worked out at most once, and only if a field asks), and the cache breakpoints counted so far."""
 
     __slots__ = ("_mixed", "breakpoints", "plan")
@@ -134,9 +136,10 @@ class _Checks:
 
     @property
     def mixed(self) -> bool:
-        """A route of the alias is OpenAI-format, so a fallback may cross formats."""
+        """A route of the alias has another format than Anthropic's (OpenAI, Gemini, Bedrock), so a
+        field only Anthropic carries would be lost on it."""
         if self._mixed is None:
-            self._mixed = _OPENAI_FORMAT in self.plan.formats
+            self._mixed = bool(self.plan.formats - {_ANTHROPIC_FORMAT})
         return self._mixed
 
     def unsupported(self, param: str, what: str | None = None, why: str = "") -> UnsupportedParameter:
@@ -459,7 +462,7 @@ def _max_tokens(body: dict[str, Any], plan: AliasPlan, required: bool) -> int | 
 
 def _top_k(body: dict[str, Any], checks: _Checks) -> int | None:
     top_k = _positive(body, "top_k")
-    if top_k is not None and checks.mixed:
+    if top_k is not None and checks.plan.formats - _TOP_K_FORMATS:
         raise checks.unsupported("top_k")
     return top_k
 

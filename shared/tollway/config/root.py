@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 import orjson
 
@@ -130,6 +130,10 @@ class RootHolder:
         return old
 
 
+_DEFAULT_FORMAT: Final = {"anthropic": ProviderFormat.ANTHROPIC_MESSAGES, "gemini": ProviderFormat.GEMINI}
+"""The wire format of a provider no route names (its transport still needs auth headers)."""
+
+
 def _auth_headers(provider: ProviderConfig, fmt: ProviderFormat, resolver: SecretResolver, path: str) -> dict[str, str]:
     if provider.authMode == "none" or not provider.credentials:
         return {}
@@ -138,6 +142,8 @@ def _auth_headers(provider: ProviderConfig, fmt: ProviderFormat, resolver: Secre
     secret = resolver.resolve(cred.secretRef, f"{path}.credentials[{provider.credentials.index(cred)}].secretRef")
     if fmt is ProviderFormat.ANTHROPIC_MESSAGES:
         return {"x-api-key": secret.reveal(), "anthropic-version": provider.anthropicVersion}
+    if fmt is ProviderFormat.GEMINI:
+        return {"x-goog-api-key": secret.reveal()}
     return {"authorization": f"Bearer {secret.reveal()}"}
 
 
@@ -285,9 +291,7 @@ class Publisher:
                 formats.setdefault(route.provider, ProviderFormat(route.providerFormat))
         out: dict[str, Deployment] = {}
         for pid, provider in cfg.providers.items():
-            fmt = formats.get(pid) or (
-                ProviderFormat.ANTHROPIC_MESSAGES if provider.type == "anthropic" else ProviderFormat.OPENAI_CHAT
-            )
+            fmt = formats.get(pid) or _DEFAULT_FORMAT.get(provider.type, ProviderFormat.OPENAI_CHAT)
             path = f"providers.{pid}"
             auth = _auth_headers(provider, fmt, self.resolver, path)
             settings = TransportSettings(

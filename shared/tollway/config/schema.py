@@ -52,7 +52,7 @@ class CredentialConfig(_Model):
 
 
 class ProviderConfig(_Model):
-    type: Literal["openai", "anthropic", "openai-compatible"]
+    type: Literal["openai", "anthropic", "openai-compatible", "gemini"]
     baseUrl: str
     providerAccountId: str | None = None
     quotaGroupId: str | None = None

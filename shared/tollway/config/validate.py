@@ -43,10 +43,12 @@ ROUTE_CAPABILITIES = CAPABILITIES | {"assistantPrefill"}
 FORMAT_CAPABILITIES: dict[str, frozenset[str]] = {
     "openai-chat-completions": CAPABILITIES,
     "anthropic-messages": frozenset({"streaming", "tools", "vision"}),
+    "gemini": CAPABILITIES,
 }
 FORMAT_PROVIDER_TYPES: dict[str, frozenset[str]] = {
     "openai-chat-completions": frozenset({"openai", "openai-compatible"}),
     "anthropic-messages": frozenset({"anthropic"}),
+    "gemini": frozenset({"gemini"}),
 }
 CLIENT_FORMATS = frozenset({"openai-chat-completions", "anthropic-messages", "openai-responses", "openai-embeddings"})
 OPERATIONS = frozenset({"chat", "embeddings"})

@@ -5,6 +5,10 @@ Routes::
     POST   /v1/chat/completions       OpenAI Chat Completions (buffered or SSE)
     POST   /v1/messages               Anthropic Messages (buffered or SSE)
     POST   /v1/embeddings             OpenAI Embeddings (deterministic vectors)
+    POST   /v1beta/models/{model}:generateContent
+                                      Gemini API, buffered
+    POST   /v1beta/models/{model}:streamGenerateContent
+                                      Gemini API, SSE (as with ``?alt=sse``)
     *      /_fault/<k=v,k=v>/<route>  the route above, with faults (see tollway.mock.faults)
     GET    /_mock/health              {"ok": true}
     GET    /_mock/requests            the request log, oldest first; DELETE clears it
@@ -49,6 +53,9 @@ from tollway.mock.faults import (
     parse_fault_items,
     prefill_text,
 )
+from tollway.mock.gemini import Gemini
+from tollway.mock.gemini import context_refusal as gemini_context_refusal
+from tollway.mock.gemini import prefill_text as gemini_prefill_text
 from tollway.mock.openai_chat import OpenAIChat
 from tollway.mock.openai_embeddings import OpenAIEmbeddings
 from tollway.mock.wire import Reply, RequestError, WireFormat
@@ -71,6 +78,10 @@ _FORMATS: Final[dict[str, WireFormat]] = {
     "/v1/messages": AnthropicMessages(),
     "/v1/embeddings": OpenAIEmbeddings(),
 }
+_GEMINI: Final = Gemini()
+_GEMINI_MODELS: Final = "/v1beta/models/"
+_GEMINI_METHODS: Final = {"generateContent": False, "streamGenerateContent": True}
+"""Gemini's methods, by whether they stream."""
 _FAULT_PREFIX: Final = "/_fault/"
 _JSON_TYPE: Final = (b"content-type", b"application/json")
 _SSE_HEADERS: Final = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
@@ -149,12 +160,16 @@ class MockApp:
                 return
             spec, path = path[len(_FAULT_PREFIX) : slash], path[slash:]
         wire = _FORMATS.get(path)
+        route: tuple[str, bool] | None = None
+        if wire is None and path.startswith(_GEMINI_MODELS):
+            route = _gemini_route(path)
+            wire = _GEMINI if route is not None else None
         if wire is not None:
             if scope["method"] != "POST":
                 await _method_not_allowed(send, b"POST")
                 return
             try:
-                await self._provider(wire, spec, scope, receive, send)
+                await self._provider(wire, spec, scope, receive, send, route)
             except OSError:
                 return
         elif path.startswith("/_mock/") and not spec:
@@ -162,9 +177,12 @@ class MockApp:
         else:
             await _not_found(send, path)
 
-    async def _provider(self, wire: WireFormat, spec: str, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _provider(
+        self, wire: WireFormat, spec: str, scope: Scope, receive: Receive, send: Send, route: tuple[str, bool] | None
+    ) -> None:
+        """``route``: the model and whether to stream, for a format that puts them in the path (Gemini)."""
         seq = next(self._seq)
-        bearer = api_key = auth = False
+        bearer = api_key = goog_key = auth = False
         header_faults: dict[str, str] | None = None
         traceparent: str | None = None
         for name, value in scope["headers"]:
@@ -176,6 +194,9 @@ class MockApp:
             elif name == b"x-api-key":
                 auth = True
                 api_key = bool(value.strip())
+            elif name == b"x-goog-api-key":
+                auth = True
+                goog_key = bool(value.strip())
             elif name.startswith(b"x-mock-"):
                 if header_faults is None:
                     header_faults = {}
@@ -205,8 +226,11 @@ class MockApp:
         if not isinstance(body, dict):
             await exchange.error(400, "the request body must be a JSON object")
             return
+        if route is not None:
+            body["model"], body["stream"] = route
+            api_key = goog_key
         model = body.get("model")
-        messages = body.get("messages")
+        messages = body.get("contents" if route is not None else "messages")
         record["model"] = model if isinstance(model, str) else None
         record["stream"] = body.get("stream") is True
         record["messages"] = len(messages) if isinstance(messages, list) else 0
@@ -264,12 +288,16 @@ class MockApp:
         if status is not None:
             await x.error(status, f"Mock fault: HTTP {status}", faults.error_type, _retry_headers(faults))
             return
-        prefill = prefill_text(body.get("messages"))
+        prefill = gemini_prefill_text(body) if x.wire is _GEMINI else prefill_text(body.get("messages"))
         if faults.no_prefill and prefill is not None:
             await x.error(400, "Mock: a final assistant message (prefill) is not supported", param="messages")
             return
         if faults.context_window is not None and req.prompt_tokens > faults.context_window:
-            await x.error(400, *context_refusal(x.wire.name, req.prompt_tokens, faults.context_window))
+            used, limit = req.prompt_tokens, faults.context_window
+            refusal = (
+                gemini_context_refusal(used, limit) if x.wire is _GEMINI else context_refusal(x.wire.name, used, limit)
+            )
+            await x.error(400, *refusal)
             return
         chunks = faults.chunks or DEFAULT_CHUNKS
         reply: Reply
@@ -422,6 +450,15 @@ class _Exchange:
     async def abort(self, partial: bytes, mode: str) -> None:
         """End the body after ``partial``; ``reset`` leaves it unfinished so the server drops the connection."""
         await self.body(partial, more=mode == "reset")
+
+
+def _gemini_route(path: str) -> tuple[str, bool] | None:
+    """``(model, stream)`` of ``/v1beta/models/{model}:{method}``, or ``None`` for another path."""
+    model, colon, method = path[len(_GEMINI_MODELS) :].rpartition(":")
+    stream = _GEMINI_METHODS.get(method)
+    if not colon or not model or "/" in model or stream is None:
+        return None
+    return model, stream
 
 
 def _clamp(k: int | None, count: int, failing: bool) -> int | None:

@@ -29,7 +29,12 @@ __all__ = ["PROVIDER_NAMES", "Observer"]
 
 log = logging.getLogger("tollway.telemetry")
 
-PROVIDER_NAMES: Final = {"openai-chat-completions": "openai", "anthropic-messages": "anthropic"}
+PROVIDER_NAMES: Final = {
+    "openai-chat-completions": "openai",
+    "anthropic-messages": "anthropic",
+    "gemini": "gcp.gemini",
+    "bedrock-converse": "aws.bedrock",
+}
 """``gen_ai.provider.name`` by provider wire format (the conventions' well-known values)."""
 _STATUS_CLASS: Final = ("1xx", "1xx", "2xx", "3xx", "4xx", "5xx")
 _BUDGET_CODES: Final = frozenset({"budget_exceeded", "rate_limited", "budget_unavailable"})

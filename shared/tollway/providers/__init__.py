@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from tollway.providers.anthropic_messages import AnthropicMessagesCodec
 from tollway.providers.base import EmbeddingsCodec, ProviderCodec, ProviderFormat, Target
+from tollway.providers.gemini import GeminiCodec
 from tollway.providers.openai_chat import OpenAIChatCodec
 from tollway.providers.openai_embeddings import OpenAIEmbeddingsCodec
 
@@ -19,6 +20,7 @@ __all__ = [
     "FORMAT_CAPABILITIES",
     "AnthropicMessagesCodec",
     "EmbeddingsCodec",
+    "GeminiCodec",
     "OpenAIChatCodec",
     "ProviderCodec",
     "ProviderFormat",
@@ -30,11 +32,13 @@ __all__ = [
 FORMAT_CAPABILITIES: dict[ProviderFormat, frozenset[str]] = {
     ProviderFormat.OPENAI_CHAT: frozenset({"streaming", "tools", "vision", "json_object", "json_schema"}),
     ProviderFormat.ANTHROPIC_MESSAGES: frozenset({"streaming", "tools", "vision"}),
+    ProviderFormat.GEMINI: frozenset({"streaming", "tools", "vision", "json_object", "json_schema"}),
 }
 
 _CODECS: Mapping[ProviderFormat, ProviderCodec] = {
     ProviderFormat.OPENAI_CHAT: OpenAIChatCodec(),
     ProviderFormat.ANTHROPIC_MESSAGES: AnthropicMessagesCodec(),
+    ProviderFormat.GEMINI: GeminiCodec(),
 }
 
 

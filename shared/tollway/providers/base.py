@@ -21,6 +21,7 @@ __all__ = ["EmbeddingsCodec", "ProviderCodec", "ProviderFormat", "Target"]
 class ProviderFormat(enum.Enum):
     OPENAI_CHAT = "openai-chat-completions"
     ANTHROPIC_MESSAGES = "anthropic-messages"
+    GEMINI = "gemini"
 
 
 @dataclass(slots=True, frozen=True)

@@ -203,7 +203,8 @@ def test_provider_paths_use_the_provider_name() -> None:
 
 def test_literal_choices_are_listed() -> None:
     data = {"providers": {"p": {"type": "cohere", "baseUrl": "https://x"}}}
-    assert parse_errors(data) == [("providers.p.type", "must be 'openai', 'anthropic' or 'openai-compatible'")]
+    expected = "must be 'openai', 'anthropic', 'openai-compatible' or 'gemini'"
+    assert parse_errors(data) == [("providers.p.type", expected)]
 
 
 def test_the_ship_priority_is_idle_or_low() -> None:

@@ -201,7 +201,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ),
     # routes and providers
     ("unknown-route-provider", edit(f"{R0}.provider", "nope"), f"{R0}.provider", "unknown provider 'nope'"),
-    ("unknown-provider-format", edit(f"{R0}.providerFormat", "gemini"), f"{R0}.providerFormat", "unknown provider"),
+    ("unknown-provider-format", edit(f"{R0}.providerFormat", "cohere"), f"{R0}.providerFormat", "unknown provider"),
     (
         "provider-type-format-mismatch",
         edit(f"{R1}.providerFormat", "openai-chat-completions"),
