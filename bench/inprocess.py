@@ -96,7 +96,9 @@ def _factory(*args: Any, **kwargs: Any) -> _AnswerAtOnce:
     return _AnswerAtOnce()
 
 
-def _config(directory: Path, audit: bool, telemetry: str = "off", otlp: str = "", pii: bool = False) -> Path:
+def _config(
+    directory: Path, audit: bool, telemetry: str = "off", otlp: str = "", pii: bool = False, content: str = ""
+) -> Path:
     cfg: dict[str, Any] = {
         "providers": {
             "p": {
@@ -125,6 +127,9 @@ def _config(directory: Path, audit: bool, telemetry: str = "off", otlp: str = ""
     if pii:
         cfg["pii"] = {"keySecretRef": "env:TOLLWAY_BENCH_PII_KEY", "profiles": [{"id": "p", "scope": "request"}]}
         cfg["models"][0]["piiProfileId"] = "p"
+    if content:
+        cfg["models"][0]["contentMode"] = content
+        cfg["content"] = {"store": {"type": "memory"}}
     cfg["telemetry"] = {"metrics": {"enabled": telemetry != "off"}}
     if telemetry == "traced":
         cfg["telemetry"]["tracing"] = {"enabled": True, "endpoint": otlp, "sampleRatio": 0.01}
@@ -210,7 +215,14 @@ def _body(payload: str) -> bytes:
 
 
 def measure(
-    *, audit: bool, requests: int, warmup: int = 300, telemetry: str = "off", pii: bool = False, payload: str = ""
+    *,
+    audit: bool,
+    requests: int,
+    warmup: int = 300,
+    telemetry: str = "off",
+    pii: bool = False,
+    payload: str = "",
+    content: str = "",
 ) -> dict[str, Any]:
     """CPU and wall time per request, over ``requests`` after ``warmup``; raises if one is not a 200."""
     payload = payload or ("pii-2k" if pii else "small")
@@ -224,7 +236,7 @@ def measure(
     from tollway.server.app import create_app
 
     with tempfile.TemporaryDirectory() as tmp, OtlpSink() as sink:
-        app = create_app(_config(Path(tmp), audit, telemetry, sink.endpoint, pii), watch_interval_s=None)
+        app = create_app(_config(Path(tmp), audit, telemetry, sink.endpoint, pii, content), watch_interval_s=None)
         headers = [
             (b"authorization", f"Bearer {KEY}".encode()),
             (b"content-type", b"application/json"),
@@ -251,6 +263,7 @@ def measure(
         "audit": audit,
         "telemetry": telemetry,
         "pii": pii,
+        "content": content or "metadata-only",
         "payload": payload,
         "requests": requests,
         "cpu_us_per_request": round(cpu_s / requests * 1e6, 1),
@@ -265,12 +278,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--telemetry", choices=["off", "metrics", "traced"], default="off")
     parser.add_argument("--pii", action="store_true", help="a request-scope PII alias (payload pii-2k)")
     parser.add_argument("--payload", choices=["small", "pii-2k"], default="", help="small, or pii-2k with --pii")
+    parser.add_argument(
+        "--content",
+        choices=["tokenized-content", "encrypted-raw"],
+        default="",
+        help="capture content (needs --audit) into the in-memory content store (default: metadata-only)",
+    )
     parser.add_argument("--requests", type=int, default=3000, help="measured requests (default 3000)")
     parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = parser.parse_args(argv)
     if args.requests < 1 or args.warmup < 0:
         parser.error("--requests must be at least 1 and --warmup at least 0")
+    if args.content and not args.audit:
+        parser.error("--content needs --audit: the audit trail holds the content's references")
     result = measure(
         audit=args.audit,
         requests=args.requests,
@@ -278,12 +299,14 @@ def main(argv: list[str] | None = None) -> int:
         telemetry=args.telemetry,
         pii=args.pii,
         payload=args.payload,
+        content=args.content,
     )
     if args.json:
         print(json.dumps(result))
     else:
         mode = ("audit on " if result["audit"] else "audit off") + f", telemetry {result['telemetry']}"
         mode += f", payload {result['payload']}" + (", PII request scope" if result["pii"] else "")
+        mode += f", content {result['content']}"
         print(
             f"{mode}: {result['cpu_us_per_request']} µs CPU, {result['wall_us_per_request']} µs wall per request "
             f"({result['requests']} requests, Python {result['python']})"

@@ -29,7 +29,17 @@ from constructs import Construct
 from infra.constructs.storage import construct_id
 from tollway.cloud.resources import FunctionSpec, Grant
 
-__all__ = ["ARCHITECTURE", "ENVELOPE_ACTIONS", "ITEM_ACTIONS", "RUNTIME", "Resources", "TollwayFunction"]
+__all__ = [
+    "ARCHITECTURE",
+    "DECRYPT_ACTIONS",
+    "DELETE_ACTIONS",
+    "ENCRYPT_ACTIONS",
+    "ENVELOPE_ACTIONS",
+    "ITEM_ACTIONS",
+    "RUNTIME",
+    "Resources",
+    "TollwayFunction",
+]
 
 RUNTIME: Final = lambda_.Runtime.PYTHON_3_13
 """The newest Lambda Python runtime that requires-python admits and every binary dependency has
@@ -41,6 +51,13 @@ ITEM_ACTIONS: Final = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateI
 """A table's ``item-read-write`` grant: one item at a time, by its key."""
 ENVELOPE_ACTIONS: Final = ("kms:GenerateDataKey", "kms:Decrypt")
 """A KMS key's ``envelope`` grant: new data keys, and unwrapping stored ones."""
+ENCRYPT_ACTIONS: Final = ("kms:GenerateDataKey",)
+"""A KMS key's ``encrypt`` grant: new data keys to seal with; nothing sealed can be unwrapped."""
+DECRYPT_ACTIONS: Final = ("kms:Decrypt",)
+"""A KMS key's ``decrypt`` grant: unwrapping stored data keys; no new ones."""
+DELETE_ACTIONS: Final = ("s3:DeleteObject",)
+"""A bucket's ``delete`` grant: the current object only (no version, no tagging, no bucket)."""
+_KEY_ACTIONS: Final = {"envelope": ENVELOPE_ACTIONS, "encrypt": ENCRYPT_ACTIONS, "decrypt": DECRYPT_ACTIONS}
 
 _T = TypeVar("_T")
 
@@ -59,11 +76,13 @@ class Resources:
         """Apply one :class:`Grant` through the L2 ``grant_*`` method that matches its access.
 
         Bucket ``write`` is put-only (``grant_put``): writers here add immutable objects (pricing
-        snapshots, exports) and never need delete. Table ``item-read-write`` is ``GetItem``,
+        snapshots, captured content, exports) and never need delete; bucket ``delete`` is
+        :data:`DELETE_ACTIONS` on the bucket's objects. Table ``item-read-write`` is ``GetItem``,
         ``PutItem`` and ``UpdateItem`` on the table alone (no index, ``Query``, ``Scan``, batch,
         delete or export), and key ``envelope`` is ``GenerateDataKey`` and ``Decrypt``: the PII
-        vault's boundary (docs/pii-vault.md). A pair with no meaning (``secret``/``write``) fails
-        synth rather than silently granting more or less.
+        vault's boundary (docs/pii-vault.md); key ``encrypt`` and ``decrypt`` are one of the two.
+        A pair with no meaning (``secret``/``write``) fails synth rather than silently granting
+        more or less.
         """
         kind, key, access = grant.kind, grant.key, grant.access
         if kind == "queue" and access in ("send", "consume"):
@@ -81,10 +100,14 @@ class Resources:
             {"read": bucket.grant_read, "write": bucket.grant_put, "read-write": bucket.grant_read_write}[access](
                 grantee
             )
+        elif kind == "bucket" and access == "delete":
+            # Not grant_delete: that is s3:DeleteObject*, which includes DeleteObjectVersion.
+            objects = _lookup(self.buckets, grant).arn_for_objects("*")
+            iam.Grant.add_to_principal(grantee=grantee, actions=list(DELETE_ACTIONS), resource_arns=[objects])
         elif kind == "secret" and access == "read":
             _lookup(self.secrets, grant).grant_read(grantee)
-        elif kind == "key" and access == "envelope":
-            _lookup(self.keys, grant).grant(grantee, *ENVELOPE_ACTIONS)
+        elif kind == "key" and access in _KEY_ACTIONS:
+            _lookup(self.keys, grant).grant(grantee, *_KEY_ACTIONS[access])
         else:
             raise ValueError(f"unsupported grant: {access!r} on {kind} {key!r}")
 

@@ -9,9 +9,17 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from tollway.cloud.resources import BucketSpec, KeySpec, QueueSpec, TableSpec
+from tollway.cloud.resources import BucketSpec, KeySpec, QueueSpec, TableSpec, expiry_rule_id
 
-__all__ = ["KEY_DELETION_WINDOW_DAYS", "QueueWithDlq", "bucket", "construct_id", "kms_key", "table"]
+__all__ = [
+    "KEY_DELETION_WINDOW_DAYS",
+    "QueueWithDlq",
+    "bucket",
+    "construct_id",
+    "kms_key",
+    "lifecycle_rules",
+    "table",
+]
 
 KEY_DELETION_WINDOW_DAYS = 30
 """The longest pending window KMS allows: a scheduled deletion can be cancelled for a month."""
@@ -89,19 +97,6 @@ def bucket(scope: Construct, spec: BucketSpec) -> s3.Bucket:
     No ``auto_delete_objects``: its custom resource needs broad S3 permissions, and these buckets
     hold configuration, pricing history and exports that outlive a stack.
     """
-    expiry = Duration.days(spec.expire_after_days) if spec.expire_after_days is not None else None
-    rules = (
-        [
-            s3.LifecycleRule(
-                id="expire",
-                expiration=expiry,
-                noncurrent_version_expiration=expiry if spec.versioned else None,
-                abort_incomplete_multipart_upload_after=Duration.days(1),
-            )
-        ]
-        if expiry is not None
-        else None
-    )
     return s3.Bucket(
         scope,
         construct_id(spec.key, "Bucket"),
@@ -110,18 +105,46 @@ def bucket(scope: Construct, spec: BucketSpec) -> s3.Bucket:
         block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
         enforce_ssl=True,
         versioned=spec.versioned,
-        lifecycle_rules=rules,
+        lifecycle_rules=lifecycle_rules(spec) or None,
         removal_policy=RemovalPolicy.RETAIN,
     )
+
+
+def lifecycle_rules(spec: BucketSpec) -> list[s3.LifecycleRule]:
+    """The whole-bucket rule first, then one rule per prefix, named by :func:`expiry_rule_id`.
+
+    The whole-bucket rule carries the current and the noncurrent expiry and aborts multipart
+    uploads left incomplete for a day; a prefix rule only expires current objects.
+    """
+    rules: list[s3.LifecycleRule] = []
+    if spec.expire_after_days is not None or spec.noncurrent_expire_after_days is not None:
+        rules.append(
+            s3.LifecycleRule(
+                id=expiry_rule_id(""),
+                expiration=_days(spec.expire_after_days),
+                noncurrent_version_expiration=_days(spec.noncurrent_expire_after_days),
+                abort_incomplete_multipart_upload_after=Duration.days(1),
+            )
+        )
+    rules += [
+        s3.LifecycleRule(id=expiry_rule_id(prefix), prefix=prefix, expiration=Duration.days(days))
+        for prefix, days in spec.prefix_expiry
+    ]
+    return rules
+
+
+def _days(days: int | None) -> Duration | None:
+    return None if days is None else Duration.days(days)
 
 
 def kms_key(scope: Construct, spec: KeySpec) -> kms.Key:
     """A symmetric customer-managed key with yearly rotation and its alias, retained with the stack.
 
     The key policy is CDK's default: the account's IAM decides who may use it, so each
-    function's role gets exactly the actions of its grant (``envelope``: ``GenerateDataKey`` and
-    ``Decrypt``). Deleting the key would make everything it wrapped unreadable, so it is retained,
-    and a deletion scheduled by hand waits the longest window.
+    function's or role's policy gets exactly the actions of its grant (``envelope``:
+    ``GenerateDataKey`` and ``Decrypt``; ``encrypt`` and ``decrypt``: one of them). Deleting the
+    key would make everything it wrapped unreadable, so it is retained, and a deletion scheduled
+    by hand waits the longest window.
     """
     return kms.Key(
         scope,

@@ -1,5 +1,5 @@
 """One stage of Tollway: the gateway, the workers, the queues, tables, buckets, KMS keys and secrets they
-use, and the alarms and dashboard that watch them.
+use, the roles people assume, and the alarms and dashboard that watch them.
 
 Every name and setting comes from the :class:`~tollway.cloud.resources.Topology` passed in; this
 module only decides how each spec becomes CloudFormation, so the local cloud bootstrap (which
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from aws_cdk import Aws, CfnOutput, Duration, Stack
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
@@ -132,6 +133,19 @@ class TollwayStack(Stack):
             )
             worker.connect(spec, resources)
             self.workers[spec.key] = worker
+        # People's roles: trusted by the account, so its IAM decides who may assume each one.
+        self.roles: dict[str, iam.Role] = {}
+        for role_spec in topo.roles:
+            role = iam.Role(
+                self,
+                construct_id(role_spec.key, "Role"),
+                role_name=role_spec.name,
+                description=role_spec.description,
+                assumed_by=iam.AccountRootPrincipal(),
+            )
+            for grant in role_spec.grants:
+                resources.grant(role, grant)
+            self.roles[role_spec.key] = role
         self.observability = Observability(
             self,
             "Observability",
@@ -158,3 +172,5 @@ class TollwayStack(Stack):
             CfnOutput(self, construct_id(key, "BucketName"), value=b.bucket_name)
         for key, k in self.keys.items():
             CfnOutput(self, construct_id(key, "KeyArn"), value=k.key_arn)
+        for key, role in self.roles.items():
+            CfnOutput(self, construct_id(key, "RoleArn"), value=role.role_arn)

@@ -24,13 +24,17 @@ credentials) propagate: each caller maps them to its own error.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
-__all__ = ["Credentials", "cache_clear", "cache_size", "client"]
+from tollway.exceptions import TollwayError
+
+__all__ = ["ClientsClosed", "Credentials", "ThreadedClients", "cache_clear", "cache_size", "client"]
 
 DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
 DEFAULT_READ_TIMEOUT_S: Final = 10.0
@@ -57,6 +61,7 @@ class Credentials:
 
 _Key = tuple[str, str | None, str | None, float, float, int, int, bool, Credentials | None]
 
+_T = TypeVar("_T")
 _clients: dict[_Key, Any] = {}
 _lock = threading.Lock()
 _session: Any = None
@@ -145,3 +150,81 @@ def cache_clear() -> None:
     with _lock:
         _clients.clear()
         _session = None
+
+
+class ClientsClosed(TollwayError):
+    """A call on :class:`ThreadedClients` after :meth:`ThreadedClients.close` (or during it)."""
+
+
+class ThreadedClients:
+    """botocore clients built on first use, and a small thread pool of their own to call them from
+    async code: a store's calls never block the event loop, nor wait behind the loop's default
+    executor. ``clients`` preset some (tests pass stubbed ones). The stores that use it (the PII
+    vault, the content store) map botocore's errors, and :class:`ClientsClosed`, to their own."""
+
+    def __init__(
+        self,
+        *,
+        threads: int,
+        thread_name: str,
+        region: str | None,
+        endpoint: str | None,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        retries: int,
+        s3_path_style: bool = False,
+        clients: dict[str, Any] | None = None,
+    ) -> None:
+        self._settings = (region, endpoint, connect_timeout_s, read_timeout_s, retries, s3_path_style)
+        self._threads = threads
+        self._thread_name = thread_name
+        self._clients: dict[str, Any] = dict(clients or {})
+        self._executor: ThreadPoolExecutor | None = None
+        self.closed = False
+
+    @property
+    def built(self) -> frozenset[str]:
+        """The services whose client exists (built, or preset)."""
+        return frozenset(self._clients)
+
+    def client(self, service: str) -> Any:
+        found = self._clients.get(service)
+        if found is None:
+            region, endpoint, connect_s, read_s, retries, path_style = self._settings
+            found = self._clients[service] = client(
+                service,
+                region=region,
+                endpoint=endpoint,
+                connect_timeout_s=connect_s,
+                read_timeout_s=read_s,
+                retries=retries,
+                s3_path_style=path_style and service == "s3",
+            )
+        return found
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self.closed:
+            raise ClientsClosed
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix=self._thread_name)
+        return self._executor
+
+    async def run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` in the pool; raises :class:`ClientsClosed` once closed, and what ``fn`` raises."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool(), fn, *args)
+        except RuntimeError:
+            if self.closed:  # the pool was shut down while the call waited for it
+                raise ClientsClosed from None
+            raise
+
+    def call(self, service: str, operation: str, request: dict[str, Any]) -> dict[str, Any]:
+        """One botocore call, synchronously (what :meth:`run` runs)."""
+        response: dict[str, Any] = getattr(self.client(service), operation)(**request)
+        return response
+
+    def close(self) -> None:
+        self.closed = True
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)

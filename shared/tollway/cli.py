@@ -30,13 +30,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+import urllib.parse
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-from tollway.up_state import UpState, remove_state, write_state
+from tollway.up_state import UpState, read_state, remove_state, write_state
 
 __all__ = ["main", "preflight", "stop_in_order"]
 
@@ -546,6 +547,17 @@ def _local_pii_key(stage: str) -> None:
     os.environ["TOLLWAY_PII_KEY_REF"] = f"aws-sm:{name}"
 
 
+def _local_content_store(stage: str) -> None:
+    """Point the example config's content store at the stage's content bucket and KMS key: the
+    bucket's name holds the account, which the local cloud tells once it runs."""
+    from tollway import aws
+
+    account = aws.client("sts").get_caller_identity()["Account"]
+    names = stage_names(stage, account, os.environ["AWS_DEFAULT_REGION"])
+    for name in ("TOLLWAY_BUCKET_CONTENT", "TOLLWAY_CONTENT_KMS_KEY_ID"):
+        os.environ.setdefault(name, names[name])
+
+
 def _local_cloud_environment(endpoint: str, stage: str) -> None:
     """Point the gateway (and what later issues add to it) at the local cloud, never at AWS."""
     os.environ["AWS_ENDPOINT_URL"] = endpoint
@@ -563,6 +575,8 @@ def _local_cloud_environment(endpoint: str, stage: str) -> None:
     for name, value in local_environment(stage).items():
         os.environ.setdefault(name, value)
     os.environ.setdefault("TOLLWAY_GOVERNANCE_STORE", "dynamodb")
+    # The demo's chat-capture-v1 keeps its tokenized exchanges in the stage's content bucket.
+    os.environ.setdefault("TOLLWAY_CONTENT_CAPTURE", "tokenized-content")
 
 
 _LOCAL_REGION: Final = "us-east-1"
@@ -610,6 +624,7 @@ def up(args: argparse.Namespace) -> None:
             hint = f"{_command()} audit list --since 10m"
             cloud_line = f"  cloud    : {endpoint} (stage {args.stage}; audit trail on: {hint})"
             _local_pii_key(args.stage)
+            _local_content_store(args.stage)
             preflight(config)  # aws-sm: references can be read now
         sock = _listen(args.host, args.port, "--port")
         base = f"http://{args.host}:{sock.getsockname()[1]}/v1"
@@ -638,6 +653,51 @@ def up(args: argparse.Namespace) -> None:
     finally:
         stop_in_order(children)
         remove_state(os.getpid())
+
+
+def stage_names(stage: str, account: str, region: str) -> dict[str, str]:
+    """The resource names of a stage that ``export`` and ``content`` use, as the topology names them
+    (spelled out, as :func:`local_environment`'s are; tests/unit/test_cli.py checks them)."""
+    return {
+        "TOLLWAY_STAGE": stage,
+        "TOLLWAY_QUEUE_AUDIT": local_audit_queue(stage),
+        "TOLLWAY_QUEUE_EXPORTS": f"{stage}-export-requests",
+        "TOLLWAY_TABLE_AUDIT": f"{stage}-audit",
+        "TOLLWAY_BUCKET_CONTENT": f"{stage}-content-{account}-{region}",
+        "TOLLWAY_BUCKET_EXPORTS": f"{stage}-exports-{account}-{region}",
+        "TOLLWAY_CONTENT_KMS_KEY_ID": f"alias/{stage}-content",
+    }
+
+
+def cloud_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a command that reads or writes the stage's resources (``export``,
+    ``content``): the local cloud of the ``tollway up`` running in this directory when no
+    ``AWS_ENDPOINT_URL`` is set, dummy credentials for a local endpoint, and every resource name of
+    the stage (``TOLLWAY_QUEUE_EXPORTS``, ``TOLLWAY_BUCKET_CONTENT``…) unless already set."""
+    import boto3
+
+    env = dict(os.environ if environ is None else environ)
+    running = None if env.get("AWS_ENDPOINT_URL", "").strip() else read_state()
+    if running is not None:
+        env["AWS_ENDPOINT_URL"] = running.endpoint
+        env["AWS_REGION"] = running.region
+        env.setdefault("TOLLWAY_STAGE", running.stage)
+    endpoint = env.get("AWS_ENDPOINT_URL", "").strip() or None
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or _LOCAL_REGION
+    env.setdefault("AWS_REGION", region)
+    if endpoint and urllib.parse.urlsplit(endpoint).hostname in ("127.0.0.1", "localhost", "::1"):
+        # A local cloud takes any credentials; a developer's real ones are never sent to it.
+        env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = "test", "test"
+        env.pop("AWS_SESSION_TOKEN", None)
+    session = boto3.session.Session(
+        aws_access_key_id=env.get("AWS_ACCESS_KEY_ID"),
+        aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
+        aws_session_token=env.get("AWS_SESSION_TOKEN"),
+        region_name=region,
+    )
+    account = session.client("sts", endpoint_url=endpoint).get_caller_identity()["Account"]
+    stage = env.get("TOLLWAY_STAGE", "").strip() or "tollway"
+    return {**stage_names(stage, account, region), **env}
 
 
 def config_validate(path: str) -> int:
@@ -760,6 +820,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p_audit.add_argument("rest", nargs=argparse.REMAINDER)
 
+    sub.add_parser("export", help="governed dataset exports: export create|list|show|download", add_help=False)
+    sub.add_parser("content", help="captured content: content delete --request ID | --before DATE", add_help=False)
     p_cfg = sub.add_parser("config", help="configuration tools")
     cfg_sub = p_cfg.add_subparsers(dest="config_command", required=True)
     p_val = cfg_sub.add_parser("validate", help="validate an llm-router.yml and print every error with its path")
@@ -797,6 +859,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["export"], ["content"]):
+        # Their own parsers (``tollway.export.commands``), on the stage's resources.
+        from tollway.export.commands import content_main, export_main
+
+        run = export_main if argv[0] == "export" else content_main
+        if any(a in ("-h", "--help") for a in argv[1:2]) or len(argv) == 1:
+            return run(argv[1:], {})
+        os.environ.update(cloud_environ())  # this process's AWS clients (credentials, endpoint) read it
+        return run(argv[1:], os.environ)
     if argv[:1] == ["audit"]:
         # Everything after ``audit`` (including --help) belongs to the audit reader's own parser.
         from tollway.audit.cli import main as audit_main

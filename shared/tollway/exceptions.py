@@ -43,11 +43,22 @@ translated into a client-facing ``GatewayError`` only at the end of the attempt 
     ├── UpstreamError                    one attempt failed; typed by UpstreamCategory
     ├── SinkUnavailable                  the audit shipper's queue or topic refused a batch (tollway.audit.ship.sinks)
     ├── SseFrameTooLarge                 one SSE event over the parser's limit (tollway.sse)
+    ├── EventStreamError                 an AWS event stream no longer frames (tollway.eventstream)
+    │   ├── EventStreamCorrupt           a CRC, a length or a header does not hold
+    │   └── EventStreamTooLarge          one message over the parser's limit
+    ├── ClientsClosed                    an AWS call after its store was closed (tollway.aws)
     ├── LeaseStoreUnavailable            the quota-leases store failed (tollway.governance.store)
     ├── PricingError                     a pricing source or snapshot is bad or unreadable (tollway.pricing)
     ├── MeteringError                    a usage event, query or ledger failed (tollway.metering.exceptions)
     ├── WalError                         the audit WAL is full, dead, slow or corrupt (tollway.audit.wal.format)
     ├── AuditStoreError                  the audit store could not be read or written (tollway.audit.store.errors)
+    ├── ContentError                     captured content could not be handled (tollway.content.base)
+    │   └── ContentUnavailable           the content store or KMS failed
+    ├── ExportError                      a dataset export failed (tollway.export.errors)
+    │   ├── InvalidExportRequest         the request does not parse or is not allowed
+    │   ├── ExportConflict               an export id already holds another manifest or shard
+    │   ├── ExportIntegrityError         a stored manifest or shard does not match its digest
+    │   └── ExportUnavailable            the exports bucket, queue or audit queue failed
     ├── MalformedEvent                   an audit event the store cannot place (tollway.audit.store.errors)
     ├── MalformedMessage                 an audit or usage queue message that does not decode (tollway.audit.messages)
     ├── BootstrapError                   a local-cloud resource could not be converged (tollway.cloud.bootstrap)

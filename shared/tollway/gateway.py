@@ -41,6 +41,7 @@ from tollway.canonical import (
     estimate_tokens,
 )
 from tollway.config.root import PublishedRoot
+from tollway.eventstream import EventStreamError, EventStreamTooLarge, aiter_eventstream
 from tollway.exceptions import GatewayError, ModelUnavailable, RateLimited, UpstreamCategory, UpstreamError
 from tollway.governance.meter import Admitted, Governor
 from tollway.governance.principals import Principal
@@ -52,8 +53,10 @@ from tollway.sse import SseFrameTooLarge, aiter_sse
 from tollway.wire import UpstreamRequest
 
 if TYPE_CHECKING:
+    from tollway.providers.base import AnyCodec
     from tollway.telemetry.metrics import GatewayMetrics
     from tollway.telemetry.tracing import RequestTrace
+    from tollway.transport.base import UpstreamStream
 
 __all__ = ["AttemptRecord", "CommittedStream", "Gateway", "RecoverableStream", "RequestContext"]
 
@@ -177,8 +180,8 @@ class CommittedStream:
         try:
             async for ev in self._rest:
                 yield self._observe(ev)
-        except SseFrameTooLarge:
-            raise UpstreamError(UpstreamCategory.MALFORMED, detail="stream frame too large") from None
+        except _FRAMING_ERRORS as exc:
+            raise _framing_error(exc) from None
         self._finished = True
 
     def _observe(self, ev: StreamEvent) -> StreamEvent:
@@ -296,8 +299,8 @@ class RecoverableStream(CommittedStream):
                 async for ev in self._rest:
                     yield self._observe(ev)
                 break
-            except SseFrameTooLarge:
-                raise UpstreamError(UpstreamCategory.MALFORMED, detail="stream frame too large") from None
+            except _FRAMING_ERRORS as exc:
+                raise _framing_error(exc) from None
             except UpstreamError as err:
                 if not self._recoverable(err):
                     raise
@@ -367,7 +370,7 @@ async def _open_upstream(
             body = await response.read_bounded()
             raise codec.decode_error(response.status, response.headers, body)
         record.upstream_status = response.status
-        events = codec.decode_stream(aiter_sse(response.aiter_bytes())).__aiter__()
+        events = _decode_stream(codec, response)
         prelude = await _prelude(events, setup_deadline)
     except BaseException:
         await stack.aclose()
@@ -375,6 +378,25 @@ async def _open_upstream(
     record.first_event_s = time.monotonic() - record.started
     target.health.observe_ttft(record.first_event_s)
     return stack, prelude, events
+
+
+def _decode_stream(codec: AnyCodec, response: UpstreamStream) -> AsyncIterator[StreamEvent]:
+    """The stream's events, framed as the codec's format frames them."""
+    if codec.framing == "eventstream":
+        return codec.decode_stream(aiter_eventstream(response.aiter_bytes())).__aiter__()
+    return codec.decode_stream(aiter_sse(response.aiter_bytes())).__aiter__()
+
+
+_FRAMING_ERRORS: tuple[type[Exception], ...] = (SseFrameTooLarge, EventStreamError)
+"""What framing raises once a stream's bytes no longer frame (SSE or AWS event stream)."""
+
+
+def _framing_error(exc: Exception) -> UpstreamError:
+    """A stream whose framing broke is malformed, whichever framing it was."""
+    too_large = isinstance(exc, SseFrameTooLarge | EventStreamTooLarge)
+    return UpstreamError(
+        UpstreamCategory.MALFORMED, detail="stream frame too large" if too_large else "stream framing corrupt"
+    )
 
 
 def _traced(ctx: RequestContext, record: AttemptRecord, upstream: UpstreamRequest) -> UpstreamRequest:
@@ -404,8 +426,8 @@ async def _prelude(events: AsyncIterator[StreamEvent], deadline: float) -> list[
                     return prelude
     except StopAsyncIteration:
         raise UpstreamError(UpstreamCategory.MALFORMED, detail="stream ended before output") from None
-    except SseFrameTooLarge:
-        raise UpstreamError(UpstreamCategory.MALFORMED, detail="stream frame too large") from None
+    except _FRAMING_ERRORS as exc:
+        raise _framing_error(exc) from None
     except TimeoutError:
         raise UpstreamError(UpstreamCategory.TIMEOUT, detail="stream setup deadline") from None
 

@@ -53,6 +53,7 @@ TARGETS = {
     ProviderFormat.OPENAI_CHAT: Target("gpt-4o-2024-08-06"),
     ProviderFormat.ANTHROPIC_MESSAGES: Target("claude-sonnet-4-5-20250929", default_max_output_tokens=1024),
     ProviderFormat.GEMINI: Target("gemini-2.5-flash", default_max_output_tokens=1024),
+    ProviderFormat.BEDROCK_CONVERSE: Target("anthropic.claude-3-5-sonnet-20240620-v1:0"),
 }
 FORMATS = {f.value: f for f in ProviderFormat}
 

@@ -75,6 +75,21 @@ def bucket_id(synth: Synth, spec: BucketSpec) -> str:
     return found[0]
 
 
+def lifecycle(bucket_props: dict[str, Any]) -> list[dict[str, Any]]:
+    """A template bucket's enabled lifecycle rules in ``tollway.cloud.bootstrap.describe``'s shape."""
+    rules = (bucket_props.get("LifecycleConfiguration") or {}).get("Rules", [])
+    shaped = [
+        {
+            "prefix": r.get("Prefix", ""),
+            "expire_after_days": r.get("ExpirationInDays"),
+            "noncurrent_expire_after_days": (r.get("NoncurrentVersionExpiration") or {}).get("NoncurrentDays"),
+        }
+        for r in rules
+        if r["Status"] == "Enabled"
+    ]
+    return sorted(shaped, key=lambda r: str(r["prefix"]))
+
+
 def function(synth: Synth, name: str) -> tuple[str, dict[str, Any]]:
     logical_id, resource = synth.one("AWS::Lambda::Function", FunctionName=name)
     return logical_id, resource["Properties"]
@@ -96,12 +111,20 @@ EXPECTED_ACTIONS: dict[tuple[str, str], tuple[set[str], set[str]]] = {
         {"dynamodb:Query", "dynamodb:Scan", "dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:*"},
     ),
     ("key", "envelope"): ({"kms:GenerateDataKey", "kms:Decrypt"}, {"kms:Encrypt", "kms:ReEncrypt*", "kms:*"}),
-    ("bucket", "read"): ({"s3:GetObject*"}, {"s3:PutObject", "s3:DeleteObject*"}),
-    ("bucket", "write"): ({"s3:PutObject"}, {"s3:GetObject*", "s3:DeleteObject*"}),
+    ("key", "encrypt"): ({"kms:GenerateDataKey"}, {"kms:Decrypt", "kms:Encrypt", "kms:ReEncrypt*", "kms:*"}),
+    ("key", "decrypt"): ({"kms:Decrypt"}, {"kms:GenerateDataKey", "kms:Encrypt", "kms:ReEncrypt*", "kms:*"}),
+    ("bucket", "read"): ({"s3:GetObject*"}, {"s3:PutObject", "s3:DeleteObject", "s3:DeleteObject*"}),
+    ("bucket", "write"): ({"s3:PutObject"}, {"s3:GetObject*", "s3:DeleteObject", "s3:DeleteObject*"}),
+    ("bucket", "delete"): (
+        {"s3:DeleteObject"},
+        {"s3:GetObject*", "s3:PutObject", "s3:DeleteObject*", "s3:DeleteObjectVersion", "s3:*"},
+    ),
     ("bucket", "read-write"): ({"s3:GetObject*", "s3:PutObject"}, set()),
     ("secret", "read"): ({"secretsmanager:GetSecretValue"}, set()),
 }
-"""(must have, must not have) per grant: enough to tell each access from the others."""
+"""(must have, must not have) per grant: enough to tell each access from the others. Two grants on
+one resource (read and write) allow what either must have, and nothing either must not have
+that the other must have."""
 
 
 def resource_id(synth: Synth, grant: Grant) -> str:
@@ -120,26 +143,40 @@ def secret_actions(stmts: list[dict[str, Any]], secret_name: str) -> set[str]:
     return {a for s in stmts if marker in json.dumps(s.get("Resource")) for a in s["Action"]}
 
 
+def named_role(synth: Synth, role_name: str) -> str:
+    """The logical id of the IAM role named ``role_name`` (a :class:`RoleSpec`'s)."""
+    return synth.one("AWS::IAM::Role", RoleName=role_name)[0]
+
+
 def assert_grants(synth: Synth, function_name: str, grants: tuple[Grant, ...]) -> None:
     """The function's role allows exactly its grants: each with its actions, nothing on the rest."""
-    stmts = role_statements(synth.json, function_role(synth, function_name))
-    granted: set[str] = set()
+    assert_role_grants(synth, function_role(synth, function_name), grants, function_name)
+
+
+def assert_role_grants(synth: Synth, role_id: str, grants: tuple[Grant, ...], label: str) -> None:
+    """The role allows exactly ``grants``: each with its actions, nothing on the rest."""
+    stmts = role_statements(synth.json, role_id)
+    by_resource: dict[tuple[str, str], list[Grant]] = {}
     for grant in grants:
-        must, must_not = EXPECTED_ACTIONS[(grant.kind, grant.access)]
-        if grant.kind == "secret":
-            actions = secret_actions(stmts, synth.topology.secret(grant.key).name)
+        by_resource.setdefault((grant.kind, grant.key), []).append(grant)
+    granted: set[str] = set()
+    for (kind, key), same in by_resource.items():
+        must = set().union(*(EXPECTED_ACTIONS[(g.kind, g.access)][0] for g in same))
+        must_not = set().union(*(EXPECTED_ACTIONS[(g.kind, g.access)][1] for g in same)) - must
+        if kind == "secret":
+            actions = secret_actions(stmts, synth.topology.secret(key).name)
         else:
-            target = resource_id(synth, grant)
+            target = resource_id(synth, same[0])
             granted.add(target)
             actions = actions_on(stmts, target)
-        assert must <= actions, (function_name, grant, actions)
-        assert not must_not & actions, (function_name, grant, actions)
+        assert must <= actions, (label, same, actions)
+        assert not must_not & actions, (label, same, actions)
     data = ("AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::S3::Bucket", "AWS::KMS::Key")
     for kind in data:
         for logical_id in synth.resources(kind):
             if logical_id not in granted:
-                assert actions_on(stmts, logical_id) == set(), (function_name, logical_id)
+                assert actions_on(stmts, logical_id) == set(), (label, logical_id)
     granted_secrets = {synth.topology.secret(g.key).name for g in grants if g.kind == "secret"}
     for spec in synth.topology.secrets:
         if spec.name not in granted_secrets:
-            assert secret_actions(stmts, spec.name) == set(), (function_name, spec.name)
+            assert secret_actions(stmts, spec.name) == set(), (label, spec.name)

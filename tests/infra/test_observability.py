@@ -58,7 +58,7 @@ def test_the_stage_has_exactly_the_expected_alarms(synth: Synth) -> None:
         *(f"{name}-throttled" for name in _function_names(synth)),
     }
     assert set(_alarms(synth)) == expected
-    assert len(synth.resources("AWS::CloudWatch::Alarm")) == 3 + len(topo.queues) + 2 + len(topo.functions) == 10
+    assert len(synth.resources("AWS::CloudWatch::Alarm")) == 3 + len(topo.queues) + 2 + len(topo.functions) == 12
     for props in _alarms(synth).values():
         assert props["TreatMissingData"] == "notBreaching"
         assert props["EvaluationPeriods"] == 1

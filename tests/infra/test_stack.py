@@ -22,6 +22,8 @@ from tests.infra.synth import (
     function,
     function_role,
     key_id,
+    lifecycle,
+    named_role,
     queue_id,
     table_id,
 )
@@ -36,6 +38,7 @@ from tests.infra.template_tools import (
     statements,
     wildcard_statements,
 )
+from tollway.cloud.bootstrap import expected_state
 from tollway.cloud.resources import Grant
 
 
@@ -112,6 +115,7 @@ def test_each_table_has_its_keys_ttl_indexes_and_protection(synth: Synth) -> Non
 
 def test_each_bucket_is_named_encrypted_private_and_retained(synth: Synth) -> None:
     assert len(synth.resources("AWS::S3::Bucket")) == len(synth.topology.buckets)
+    expected = expected_state(synth.topology, account=ACCOUNT, region=REGION)
     for spec in synth.topology.buckets:
         bucket = synth.json["Resources"][bucket_id(synth, spec)]
         props = bucket["Properties"]
@@ -125,9 +129,7 @@ def test_each_bucket_is_named_encrypted_private_and_retained(synth: Synth) -> No
         }
         versioning = props.get("VersioningConfiguration", {}).get("Status")
         assert versioning == ("Enabled" if spec.versioned else None)
-        rules = props.get("LifecycleConfiguration", {}).get("Rules", [])
-        expiries = [r["ExpirationInDays"] for r in rules if "ExpirationInDays" in r]
-        assert expiries == ([spec.expire_after_days] if spec.expire_after_days else [])
+        assert lifecycle(props) == expected["lifecycle"][spec.key], spec.key
         assert bucket["DeletionPolicy"] == "Retain"
     kinds = {r["Type"] for r in synth.json["Resources"].values()}
     assert "Custom::S3AutoDeleteObjects" not in kinds
@@ -312,7 +314,7 @@ def test_every_queue_trigger_and_schedule_of_the_topology_is_wired(synth: Synth)
             assert queue.visibility_timeout_s >= props["Timeout"], "SQS triggers need visibility >= timeout"
 
 
-def test_outputs_name_both_urls_and_every_queue_table_and_bucket(synth: Synth) -> None:
+def test_outputs_name_both_urls_and_every_queue_table_bucket_key_and_role(synth: Synth) -> None:
     outputs = synth.json["Outputs"]
     streaming_id, _ = function(synth, synth.topology.gateway.name)
     buffered_id, _ = function(synth, f"{synth.topology.gateway.name}-buffered")
@@ -330,6 +332,10 @@ def test_outputs_name_both_urls_and_every_queue_table_and_bucket(synth: Synth) -
         assert {"Ref": table_id(synth, table.name)} in values
     for bucket in synth.topology.buckets:
         assert {"Ref": bucket_id(synth, bucket)} in values
+    for key in synth.topology.keys:
+        assert {"Fn::GetAtt": [key_id(synth, key.alias), "Arn"]} in values
+    for role in synth.topology.roles:
+        assert {"Fn::GetAtt": [named_role(synth, role.name), "Arn"]} in values
 
 
 def test_layers_are_python_313_x86_assets_named_by_stage(synth: Synth) -> None:

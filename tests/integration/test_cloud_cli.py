@@ -79,6 +79,7 @@ def test_a_secret_must_come_from_a_set_environment_variable(cloud: LocalCloud, p
     assert describe(topology(prefix), endpoint=cloud.endpoint, region=cloud.region, env=cloud.env())["queues"] == {
         "audit": None,
         "usage": None,
+        "exports": None,
     }
 
 

@@ -291,7 +291,7 @@ def test_settings_come_from_the_environment_the_stack_sets() -> None:
 async def test_warm_builds_the_clients_before_the_first_request(stage: Stage) -> None:
     vault = DynamoDBPiiVault(stage.settings())
     await vault.warm()
-    assert set(vault._clients) == {"dynamodb", "kms"}
+    assert set(vault._aws.built) == {"dynamodb", "kms"}
     await vault.insert(entry(), VALUE)
     assert await vault.resolve(TOKEN, BINDING, NOW) == VALUE
     await vault.aclose()

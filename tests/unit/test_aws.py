@@ -121,3 +121,33 @@ def test_importing_the_module_imports_no_aws_library() -> None:
     code = "import sys, tollway.aws; assert not {'boto3', 'botocore'} & set(sys.modules), sorted(sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+async def test_threaded_clients_call_preset_clients_in_their_pool_and_refuse_once_closed() -> None:
+    import threading
+
+    from tollway.aws import ClientsClosed, ThreadedClients
+
+    seen: list[str] = []
+
+    class Stub:
+        def get_item(self, **request: object) -> dict[str, object]:
+            seen.append(threading.current_thread().name)
+            return {"Item": request}
+
+    clients = ThreadedClients(
+        threads=1,
+        thread_name="tollway-test",
+        region="us-east-1",
+        endpoint=None,
+        connect_timeout_s=1,
+        read_timeout_s=1,
+        retries=0,
+        clients={"dynamodb": Stub()},
+    )
+    assert clients.built == {"dynamodb"}
+    got = await clients.run(clients.call, "dynamodb", "get_item", {"Key": "k"})
+    assert got == {"Item": {"Key": "k"}} and seen[0].startswith("tollway-test")
+    clients.close()
+    with pytest.raises(ClientsClosed):
+        await clients.run(clients.call, "dynamodb", "get_item", {"Key": "k"})

@@ -21,7 +21,7 @@ import yaml
 
 from tollway import cli
 from tollway.audit import cli as audit_cli
-from tollway.cli import Child, local_audit_queue, local_environment, main, stop_in_order
+from tollway.cli import Child, local_audit_queue, local_environment, main, stage_names, stop_in_order
 from tollway.cloud.resources import DEFAULT_PREFIX, topology
 from tollway.up_state import STATE_FILE, UpState, read_state, remove_state, write_state
 
@@ -37,6 +37,8 @@ def test_up_names_the_stages_resources_as_the_topology_does() -> None:
     for stage in (DEFAULT_PREFIX, "e2e"):
         spec = topology(stage).environment("000000000000", "us-east-1")
         for name, value in local_environment(stage).items():
+            assert spec[name] == value, name
+        for name, value in stage_names(stage, "000000000000", "us-east-1").items():
             assert spec[name] == value, name
 
 

@@ -142,7 +142,48 @@ def _request_lines(r: RequestRecord) -> list[str]:
             ]
         ),
         *([_pii_line(r.pii)] if r.pii else []),
+        *_content_lines(r),
     ]
+
+
+def _content_lines(r: RequestRecord) -> list[str]:
+    """Where its captured content is (the reference, never the content), or why there is none."""
+    lines = []
+    if r.content:
+        c = r.content
+        lines.append(
+            "  "
+            + _line(
+                [
+                    ("stored", f"s3://{c.get('bucket')}/{c.get('key')}"),
+                    ("sha256", c.get("digest")),
+                    ("bytes", c.get("size")),
+                    ("retention", c.get("retentionClass")),
+                    ("purposes", ",".join(c.get("purposes") or ())),
+                ]
+            )
+        )
+    if r.content_dropped:
+        lines.append("  " + _line([("content dropped", r.content_dropped.get("reason"))]))
+    if r.content_deleted:
+        d = r.content_deleted
+        lines.append(
+            "  "
+            + _line(
+                [
+                    ("content deleted", _at(r.content_deleted_at_ms)),
+                    ("by", d.get("deletedBy")),
+                    ("reason", d.get("reason")),
+                    ("existed", d.get("existed")),
+                ]
+            )
+        )
+    if r.export_manifest:
+        m = r.export_manifest
+        lines.append(
+            "  " + _line([("manifest", m.get("key")), ("digest", m.get("digest")), ("records", m.get("records"))])
+        )
+    return lines
 
 
 def _pii_line(pii: dict[str, Any]) -> str:

@@ -45,7 +45,11 @@ __all__ = [
     "EventKind",
     "attempt_finished",
     "attempt_started",
+    "content_deleted",
+    "content_dropped",
+    "content_stored",
     "decode_event",
+    "export_finished",
     "request_admitted",
     "request_finished",
     "request_rejected",
@@ -54,7 +58,17 @@ __all__ = [
 ]
 
 SCHEMA_VERSION: Final = 1
-EventKind = Literal["request_admitted", "attempt_started", "attempt_finished", "request_finished", "request_rejected"]
+EventKind = Literal[
+    "request_admitted",
+    "attempt_started",
+    "attempt_finished",
+    "request_finished",
+    "request_rejected",
+    "content_stored",
+    "content_dropped",
+    "content_deleted",
+    "export_finished",
+]
 EVENT_KINDS: Final[tuple[EventKind, ...]] = (
     "request_admitted",
     "attempt_started",
@@ -62,7 +76,9 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
     "request_finished",
 )
 """An admitted request's kinds, in append order."""
-KNOWN_KINDS: Final[tuple[EventKind, ...]] = (*EVENT_KINDS, "request_rejected")
+CONTENT_KINDS: Final[tuple[EventKind, ...]] = ("content_stored", "content_dropped", "content_deleted")
+"""What became of a request's captured content (``contentMode``), appended after its terminal event."""
+KNOWN_KINDS: Final[tuple[EventKind, ...]] = (*EVENT_KINDS, "request_rejected", *CONTENT_KINDS, "export_finished")
 """Every kind this schema version defines; readers skip the others."""
 USAGE_TOKEN_NAMES: Final[dict[str, tuple[str, ...]]] = {
     "prompt": ("promptTokens", "prompt_tokens"),
@@ -73,7 +89,7 @@ USAGE_TOKEN_NAMES: Final[dict[str, tuple[str, ...]]] = {
 }
 """``request_finished``'s ``usage`` counts by short name: the name the recorder writes, then
 OpenAI's, which readers accept as well (the first present wins)."""
-ContentMode = Literal["metadata-only", "disabled"]
+ContentMode = Literal["metadata-only", "disabled", "tokenized-content", "encrypted-raw"]
 UsageEvidenceName = Literal["provider-reported", "local-estimate", "unknown"]
 
 
@@ -365,4 +381,47 @@ def request_rejected(
             "errorCode": error_code,
             "attempts": 0,
         },
+    )
+
+
+def content_stored(*, request_id: str, root_digest: str, ref: Mapping[str, object]) -> AuditEvent:
+    """A request's content is in the content store: ``ref`` is ``ContentRef.to_body()`` (bucket, key,
+    digest, size, media type, KMS key reference, retention class, mode), never the content."""
+    return _event("content_stored", request_id, None, root_digest, {"content": dict(ref)})
+
+
+def content_dropped(*, request_id: str, root_digest: str, mode: str, reason: str) -> AuditEvent:
+    """A request's content was not stored (``queue_full``, ``store_unavailable``, ``too_large``): the
+    metadata stands, and the record says the content is missing and why."""
+    return _event("content_dropped", request_id, None, root_digest, {"mode": mode, "reason": reason})
+
+
+def content_deleted(*, request_id: str, root_digest: str, deleted_by: str, reason: str, existed: bool) -> AuditEvent:
+    """Deletion evidence: who deleted a request's content object, why, and whether it still existed."""
+    return _event(
+        "content_deleted",
+        request_id,
+        None,
+        root_digest,
+        {"deletedBy": deleted_by, "reason": reason, "existed": existed},
+    )
+
+
+def export_finished(
+    *,
+    export_id: str,
+    root_digest: str,
+    requested_by: str,
+    approved_by: str,
+    purpose: str,
+    manifest: Mapping[str, object],
+) -> AuditEvent:
+    """A dataset export job, as its own audit record (``operation: dataset.export``): who asked, who
+    approved, for which purpose, and the manifest's location, digest and counts (never content)."""
+    return _event(
+        "export_finished",
+        export_id,
+        None,
+        root_digest,
+        {"requestedBy": requested_by, "approvedBy": approved_by, "purpose": purpose, "manifest": dict(manifest)},
     )

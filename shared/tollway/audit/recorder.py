@@ -118,12 +118,28 @@ class AuditRecorder:
                 key_id=p.key_id,
                 alias=ctx.plan.name,
                 stream=stream,
-                content_mode=self._content_mode,
+                content_mode=ctx.plan.content_mode or self._content_mode,  # type: ignore[arg-type]
                 max_attempts=ctx.plan.retry.max_attempts,
                 trace_id=ctx.trace.trace_id_hex if ctx.trace is not None else None,
                 operation=ctx.operation,
             )
         )
+
+    def content_stored(self, request_id: str, root_digest: str, ref: Mapping[str, object]) -> None:
+        """A request's content is in the store (the writer's callback): its reference. Never raises."""
+        self._after_the_fact(events.content_stored(request_id=request_id, root_digest=root_digest, ref=ref))
+
+    def content_dropped(self, request_id: str, root_digest: str, mode: str, reason: str) -> None:
+        """A request's content was not stored, and why. Never raises."""
+        self._after_the_fact(
+            events.content_dropped(request_id=request_id, root_digest=root_digest, mode=mode, reason=reason)
+        )
+
+    def _after_the_fact(self, event: events.AuditEvent) -> None:
+        try:
+            self._append(event)
+        except AuditUnavailable:
+            self.dropped += 1
 
     def request_rejected(
         self,

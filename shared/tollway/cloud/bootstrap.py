@@ -20,6 +20,8 @@ is one ``==`` (and "the CDK template matches" is one more renderer of the shape)
       "buckets": {"<key>": {"name": str, "encryption": "AES256" | "aws:kms" | None,
                             "public_access_blocked": bool, "versioned": bool,
                             "expire_after_days": int | None} | None},
+      "lifecycle": {"<bucket key>": [{"prefix": str | None, "expire_after_days": int | None,
+                                      "noncurrent_expire_after_days": int | None}] | None},
       "keys": {"<key>": {"alias": str, "description": str, "key_usage": "ENCRYPT_DECRYPT" | ...,
                          "key_spec": "SYMMETRIC_DEFAULT" | ..., "enabled": bool,
                          "rotation": bool} | None},
@@ -32,9 +34,17 @@ table fields are named after the :class:`~tollway.cloud.resources.QueueSpec` and
 alias; a key with another usage or spec, or one pending deletion, is a conflict the bootstrap
 reports rather than replaces (a new key could not decrypt what the old one wrapped).
 
-Two deliberate differences from the CDK stack: buckets get no TLS-only bucket policy (moto
-enforces ``aws:SecureTransport`` and would deny every request to its plain-HTTP endpoint), and
-secrets are created only when a value is given (the CDK stack only references them).
+A bucket's ``expire_after_days`` is its whole-bucket rule's. ``lifecycle`` lists every enabled
+rule of each bucket, the whole-bucket one (prefix ``""``) and one per prefix, sorted by prefix
+and described by what it does, not by its id (a rule filtered on anything but a prefix shows
+prefix ``None``), so the rules CloudFormation made and those the bootstrap put compare equal. It
+is a section of its own, beside ``buckets``, so a renderer of the bucket fields alone still
+compares.
+
+Three deliberate differences from the CDK stack: buckets get no TLS-only bucket policy (moto
+enforces ``aws:SecureTransport`` and would deny every request to its plain-HTTP endpoint),
+secrets are created only when a value is given (the CDK stack only references them), and the
+topology's ``roles`` are not created (moto does not enforce IAM, so a role would prove nothing).
 
 Errors are :class:`BootstrapError` and name the resource and the endpoint, never a secret value.
 boto3 is imported here, inside functions: this module is never on the gateway's import path.
@@ -50,7 +60,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from tollway.cloud.local import LOCAL_CREDENTIALS
-from tollway.cloud.resources import BucketSpec, KeySpec, QueueSpec, SecretSpec, TableSpec, Topology
+from tollway.cloud.resources import BucketSpec, KeySpec, QueueSpec, SecretSpec, TableSpec, Topology, expiry_rule_id
 from tollway.exceptions import TollwayError
 
 __all__ = [
@@ -69,7 +79,6 @@ Kind = Literal["queue", "dlq", "table", "bucket", "key", "secret"]
 
 _WAIT_S: Final = 60.0
 """Upper bound on waiting for a table or index to become ACTIVE (instant on moto)."""
-_EXPIRY_RULE_ID: Final = "expire"
 _PITR_UNSUPPORTED: Final = frozenset({"UnknownOperationException", "NotImplemented", "InternalFailure"})
 _NOT_FOUND_QUEUE: Final = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
 
@@ -542,15 +551,57 @@ def _lifecycle_rules(s3: Any, name: str) -> list[dict[str, Any]]:
     return list((got or {}).get("Rules", []))
 
 
-def _expiry_days(rules: list[dict[str, Any]]) -> int | None:
-    """The expiry of a bucket whose only lifecycle rule expires every object; else ``None``."""
-    if len(rules) != 1:
-        return None
-    rule = rules[0]
-    rule_filter = rule.get("Filter", {})
-    whole_bucket = set(rule_filter) <= {"Prefix"} and rule_filter.get("Prefix", "") == rule.get("Prefix", "") == ""
-    days = rule.get("Expiration", {}).get("Days")
-    return int(days) if rule.get("Status") == "Enabled" and whole_bucket and days else None
+def _rule_prefix(rule: Mapping[str, Any]) -> str | None:
+    """The rule's key prefix (``""``: the whole bucket); ``None`` when it filters on anything else."""
+    rule_filter = rule.get("Filter")
+    if rule_filter is None:
+        return str(rule.get("Prefix", ""))
+    if set(rule_filter) <= {"Prefix"}:
+        return str(rule_filter.get("Prefix", ""))
+    return None
+
+
+def _lifecycle(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The enabled rules in the shape of the module docstring, sorted by prefix."""
+    shaped = [
+        {
+            "prefix": _rule_prefix(rule),
+            "expire_after_days": rule.get("Expiration", {}).get("Days"),
+            "noncurrent_expire_after_days": rule.get("NoncurrentVersionExpiration", {}).get("NoncurrentDays"),
+        }
+        for rule in rules
+        if rule.get("Status") == "Enabled"
+    ]
+    return sorted(shaped, key=lambda r: (r["prefix"] is None, r["prefix"] or ""))
+
+
+def _expiry_days(lifecycle: list[dict[str, Any]]) -> int | None:
+    """The expiry of every object: the whole-bucket rule's."""
+    return next((r["expire_after_days"] for r in lifecycle if r["prefix"] == "" and r["expire_after_days"]), None)
+
+
+def _expected_lifecycle(spec: BucketSpec) -> list[dict[str, Any]]:
+    rules = [
+        {"prefix": prefix, "expire_after_days": days, "noncurrent_expire_after_days": None}
+        for prefix, days in spec.prefix_expiry
+    ]
+    if spec.expire_after_days is not None or spec.noncurrent_expire_after_days is not None:
+        whole = {
+            "prefix": "",
+            "expire_after_days": spec.expire_after_days,
+            "noncurrent_expire_after_days": spec.noncurrent_expire_after_days,
+        }
+        rules.append(whole)
+    return sorted(rules, key=lambda r: str(r["prefix"]))
+
+
+def _lifecycle_rule(rule_id: str, shape: Mapping[str, Any]) -> dict[str, Any]:
+    rule: dict[str, Any] = {"ID": rule_id, "Status": "Enabled", "Filter": {"Prefix": shape["prefix"]}}
+    if shape["expire_after_days"] is not None:
+        rule["Expiration"] = {"Days": shape["expire_after_days"]}
+    if shape["noncurrent_expire_after_days"] is not None:
+        rule["NoncurrentVersionExpiration"] = {"NoncurrentDays": shape["noncurrent_expire_after_days"]}
+    return rule
 
 
 def _converge_bucket(s3: Any, name: str, spec: BucketSpec) -> list[str]:
@@ -574,17 +625,13 @@ def _converge_bucket(s3: Any, name: str, spec: BucketSpec) -> list[str]:
         s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Suspended"})
         changed.append("versioning")
     rules = _lifecycle_rules(s3, name)
-    if spec.expire_after_days is None and rules:
+    wanted = _expected_lifecycle(spec)
+    if not wanted and rules:
         s3.delete_bucket_lifecycle(Bucket=name)
         changed.append("lifecycle")
-    elif spec.expire_after_days is not None and _expiry_days(rules) != spec.expire_after_days:
-        rule = {
-            "ID": _EXPIRY_RULE_ID,
-            "Status": "Enabled",
-            "Filter": {"Prefix": ""},
-            "Expiration": {"Days": spec.expire_after_days},
-        }
-        s3.put_bucket_lifecycle_configuration(Bucket=name, LifecycleConfiguration={"Rules": [rule]})
+    elif wanted and _lifecycle(rules) != wanted:
+        configuration = {"Rules": [_lifecycle_rule(expiry_rule_id(str(r["prefix"])), r) for r in wanted]}
+        s3.put_bucket_lifecycle_configuration(Bucket=name, LifecycleConfiguration=configuration)
         changed.append("lifecycle")
     return changed
 
@@ -604,19 +651,24 @@ def _bootstrap_bucket(clients: Clients, spec: BucketSpec, account: str) -> Resou
     return ResourceChange("bucket", spec.key, name, action, tuple(changed) if existed else ())
 
 
-def _describe_bucket(clients: Clients, spec: BucketSpec, account: str) -> dict[str, Any] | None:
+def _describe_bucket(
+    clients: Clients, spec: BucketSpec, account: str
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None]:
+    """The bucket's entry and its lifecycle rules (``None`` and ``None`` when it does not exist)."""
     s3 = clients.client("s3")
     name = spec.name(account, clients.region)
     with boto_errors("bucket", name, clients.endpoint):
         if not _bucket_exists(s3, name):
-            return None
-        return {
+            return None, None
+        lifecycle = _lifecycle(_lifecycle_rules(s3, name))
+        bucket = {
             "name": name,
             "encryption": _encryption(s3, name),
             "public_access_blocked": _public_access_blocked(s3, name),
             "versioned": _versioned(s3, name),
-            "expire_after_days": _expiry_days(_lifecycle_rules(s3, name)),
+            "expire_after_days": _expiry_days(lifecycle),
         }
+    return bucket, lifecycle
 
 
 def _expected_bucket(spec: BucketSpec, account: str, region: str) -> dict[str, Any]:
@@ -777,10 +829,12 @@ def describe(topo: Topology, *, endpoint: str, region: str, env: Mapping[str, st
     """The actual state of ``topo``'s resources on ``endpoint``, in the shape of the module docstring."""
     clients = Clients(endpoint, region, env)
     account = clients.account()
+    buckets = {b.key: _describe_bucket(clients, b, account) for b in topo.buckets}
     return {
         "queues": {q.key: _describe_queue(clients, q) for q in topo.queues},
         "tables": {t.key: _describe_table(clients, t) for t in topo.tables},
-        "buckets": {b.key: _describe_bucket(clients, b, account) for b in topo.buckets},
+        "buckets": {key: bucket for key, (bucket, _) in buckets.items()},
+        "lifecycle": {key: lifecycle for key, (_, lifecycle) in buckets.items()},
         "keys": {k.key: _describe_key(clients, k) for k in topo.keys},
         "secrets": {s.key: _describe_secret(clients, s) for s in topo.secrets},
     }
@@ -802,6 +856,7 @@ def expected_state(
         "queues": {q.key: _expected_queue(q) for q in topo.queues},
         "tables": tables,
         "buckets": {b.key: _expected_bucket(b, account, region) for b in topo.buckets},
+        "lifecycle": {b.key: _expected_lifecycle(b) for b in topo.buckets},
         "keys": {k.key: _expected_key(k) for k in topo.keys},
         "secrets": {s.key: ({"name": s.name} if s.key in secrets else None) for s in topo.secrets},
     }

@@ -8,9 +8,11 @@ Every name derives from one ``prefix`` (the stage), so two stages can share an a
 names must be globally unique on AWS, so they also carry the account and region; the CDK app
 passes CloudFormation tokens there, the local bootstrap the emulator's account.
 
-Worker functions (audit writer, usage reconciler, pricing refresh, dataset export) are added to
-:data:`FUNCTIONS` by the issues that build them, with their triggers and grants; the local
-event-source runner serves whatever is listed here.
+Worker functions (audit writer, usage reconciler, pricing refresh, dataset export) are listed in
+``functions`` with their triggers and grants; the local event-source runner serves whatever is
+listed there. ``roles`` are the IAM roles people assume (an auditor, a content deleter, whoever
+requests exports): the CDK app creates them with their grants; the local cloud does not enforce
+IAM, so the bootstrap leaves them out.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, TypeVar
 
 __all__ = [
+    "CONTENT_RETENTION_DAYS",
     "DEFAULT_PREFIX",
     "BucketSpec",
     "FunctionSpec",
@@ -26,16 +29,24 @@ __all__ = [
     "KeySpec",
     "QueueSpec",
     "QueueTrigger",
+    "RoleSpec",
     "ScheduleTrigger",
     "SecretSpec",
     "TableIndex",
     "TableSpec",
     "Topology",
+    "expiry_rule_id",
     "topology",
 ]
 
 DEFAULT_PREFIX: Final = "tollway"
 DAY_S: Final = 86_400
+CONTENT_RETENTION_DAYS: Final = (("standard", 30), ("restricted", 7))
+"""The content retention classes and their days: the defaults of the config's
+``content.retentionClasses``. Each becomes a lifecycle rule on ``content/<class>/`` of the content
+bucket (:func:`~tollway.content.base.content_key` leads with the class) and the dataset export's
+``TOLLWAY_CONTENT_RETENTION_DAYS``. An operator who configures another class adds it here, or
+its objects only expire with the bucket's backstop rule."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,15 +90,45 @@ class TableSpec:
 
 @dataclass(frozen=True, slots=True)
 class BucketSpec:
-    """An S3 bucket: encrypted, public access blocked, TLS only."""
+    """An S3 bucket: encrypted, public access blocked, TLS only, with lifecycle expiry rules.
+
+    ``expire_after_days`` expires every object (the whole-bucket rule); ``prefix_expiry`` adds a
+    rule per key prefix. S3 applies the earliest expiration that matches an object, so a prefix
+    rule longer than the whole-bucket one would never act: that is refused.
+    """
 
     key: str
     prefix: str
     versioned: bool = False
     expire_after_days: int | None = None
+    prefix_expiry: tuple[tuple[str, int], ...] = ()
+    """``(key prefix, days)`` pairs; each prefix ends with ``/``."""
+    noncurrent_expire_after_days: int | None = None
+    """Days a version stays once it is no longer current (versioned buckets only)."""
+
+    def __post_init__(self) -> None:
+        days = [d for _, d in self.prefix_expiry]
+        for value in (self.expire_after_days, self.noncurrent_expire_after_days, *days):
+            if value is not None and value < 1:
+                raise ValueError(f"bucket {self.key}: expiry days must be at least 1")
+        prefixes = [p for p, _ in self.prefix_expiry]
+        if len(set(prefixes)) != len(prefixes) or not all(p.endswith("/") and p != "/" for p in prefixes):
+            raise ValueError(f"bucket {self.key}: expiry prefixes must be distinct and end with '/'")
+        if self.expire_after_days is not None and any(d > self.expire_after_days for d in days):
+            raise ValueError(
+                f"bucket {self.key}: a prefix expires after the whole bucket's {self.expire_after_days} days"
+            )
+        if self.noncurrent_expire_after_days is not None and not self.versioned:
+            raise ValueError(f"bucket {self.key}: noncurrent versions expire only on a versioned bucket")
 
     def name(self, account: str, region: str) -> str:
         return f"{self.prefix}-{self.key}-{account}-{region}"
+
+
+def expiry_rule_id(prefix: str) -> str:
+    """A lifecycle rule's id: ``expire`` for the whole bucket (``""``), ``expire-content-standard``
+    for ``content/standard/``; the CDK stack and the local bootstrap name their rules alike."""
+    return f"expire-{prefix.strip('/').replace('/', '-')}" if prefix else "expire"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,15 +177,20 @@ class ScheduleTrigger:
     expression: str
 
 
-Access = Literal["read", "write", "read-write", "item-read-write", "consume", "send", "envelope"]
+Access = Literal[
+    "read", "write", "read-write", "item-read-write", "consume", "send", "envelope", "encrypt", "decrypt", "delete"
+]
 """``item-read-write`` (tables): ``GetItem``, ``PutItem`` and ``UpdateItem`` only, no ``Query``,
 ``Scan``, batch, delete or export: one item at a time, by its key. ``envelope`` (KMS keys):
-``GenerateDataKey`` and ``Decrypt``, what envelope encryption needs and nothing more."""
+``GenerateDataKey`` and ``Decrypt``, what envelope encryption needs and nothing more; ``encrypt``
+is ``GenerateDataKey`` alone (seal, never unwrap) and ``decrypt`` is ``Decrypt`` alone (unwrap,
+never seal). Bucket ``write`` is put-only and ``delete`` is ``DeleteObject`` alone (on a
+versioned bucket that adds a delete marker; no version is removed for good)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """Least-privilege access of a function to one resource (by kind and key)."""
+    """Least-privilege access of a function or role to one resource (by kind and key)."""
 
     kind: Literal["queue", "table", "bucket", "secret", "key"]
     key: str
@@ -169,6 +215,20 @@ class FunctionSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class RoleSpec:
+    """An IAM role for people (or their tools), assumable from the account, with its grants.
+
+    The trust is the account itself: who in the account may assume the role is the account's
+    IAM (an SSO permission set, a user's ``sts:AssumeRole`` allowance), not the stack.
+    """
+
+    key: str
+    name: str
+    description: str
+    grants: tuple[Grant, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Topology:
     prefix: str
     queues: tuple[QueueSpec, ...]
@@ -177,6 +237,8 @@ class Topology:
     secrets: tuple[SecretSpec, ...]
     functions: tuple[FunctionSpec, ...]
     keys: tuple[KeySpec, ...] = ()
+    roles: tuple[RoleSpec, ...] = ()
+    """Not created by the local bootstrap: moto does not enforce IAM."""
     log_retention_days: int = 30
     gateway: FunctionSpec = field(
         default_factory=lambda: FunctionSpec(
@@ -202,6 +264,9 @@ class Topology:
     def function(self, key: str) -> FunctionSpec:
         return _by_key((self.gateway, *self.functions), key)
 
+    def role(self, key: str) -> RoleSpec:
+        return _by_key(self.roles, key)
+
     def environment(self, account: str, region: str) -> dict[str, str]:
         """The resource names every function (and the local runner) gets as environment.
 
@@ -224,7 +289,7 @@ def _env_key(key: str) -> str:
     return key.upper().replace("-", "_")
 
 
-_T = TypeVar("_T", QueueSpec, TableSpec, BucketSpec, SecretSpec, KeySpec, FunctionSpec)
+_T = TypeVar("_T", QueueSpec, TableSpec, BucketSpec, SecretSpec, KeySpec, FunctionSpec, RoleSpec)
 
 
 def _by_key(items: tuple[_T, ...], key: str) -> _T:
@@ -244,6 +309,8 @@ def topology(prefix: str = DEFAULT_PREFIX) -> Topology:
         queues=(
             QueueSpec("audit", f"{p}-audit-events"),
             QueueSpec("usage", f"{p}-usage-events"),
+            # 6x the dataset export's 900 s timeout, as AWS advises for SQS triggers.
+            QueueSpec("exports", f"{p}-export-requests", visibility_timeout_s=5400),
         ),
         tables=(
             TableSpec("audit", f"{p}-audit", indexes=(TableIndex("by-principal", "principalId", "ts"),)),
@@ -257,8 +324,17 @@ def topology(prefix: str = DEFAULT_PREFIX) -> Topology:
         buckets=(
             BucketSpec("config", p, versioned=True),
             BucketSpec("pricing", p, versioned=True),
-            BucketSpec("content", p, expire_after_days=30),
-            BucketSpec("exports", p, versioned=True),
+            # One rule per retention class (content/<class>/...), and the longest class's days on
+            # the whole bucket as a backstop for an object outside every class prefix.
+            BucketSpec(
+                "content",
+                p,
+                expire_after_days=max(days for _, days in CONTENT_RETENTION_DAYS),
+                prefix_expiry=tuple((f"content/{name}/", days) for name, days in CONTENT_RETENTION_DAYS),
+            ),
+            # Everything the export job writes is under exports/<exportId>/ (tollway.export.manifest),
+            # so the whole-bucket rule is the exports/ rule, and it also covers a stray object.
+            BucketSpec("exports", p, versioned=True, expire_after_days=365, noncurrent_expire_after_days=30),
         ),
         secrets=(
             SecretSpec("openai", f"{p}/providers/openai", "API key for OpenAI-format provider deployments"),
@@ -270,6 +346,12 @@ def topology(prefix: str = DEFAULT_PREFIX) -> Topology:
                 f"alias/{p}-pii-vault",
                 "Wraps the data keys of the PII vault's values (docs/pii-vault.md)",
                 environment_variable="TOLLWAY_PII_KMS_KEY_ID",
+            ),
+            KeySpec(
+                "content",
+                f"alias/{p}-content",
+                "Wraps the data keys of captured content (docs/export.md)",
+                environment_variable="TOLLWAY_CONTENT_KMS_KEY_ID",
             ),
         ),
         functions=(
@@ -302,6 +384,61 @@ def topology(prefix: str = DEFAULT_PREFIX) -> Topology:
                 # read-write: it reads the current pointer and checks a snapshot exists before writing.
                 grants=(Grant("bucket", "pricing", "read-write"), Grant("bucket", "config", "read")),
             ),
+            FunctionSpec(
+                key="dataset-export",
+                name=f"{p}-dataset-export",
+                handler="functions.dataset_export.handler.handler",
+                source_dir="functions/dataset_export",
+                timeout_s=900,
+                memory_mb=1024,
+                # One export per invocation: a request is a long job, never batched with another.
+                triggers=(QueueTrigger("exports", batch_size=1, max_batching_window_s=0),),
+                # audit read: the job only Scans, but a Scan reads every item already, so GetItem
+                # and Query would expose nothing more. exports read + write: it lists, reads and
+                # puts shards and the manifest, never deletes. content: read and unwrap, never seal.
+                grants=(
+                    Grant("queue", "exports", "consume"),
+                    Grant("table", "audit", "read"),
+                    Grant("bucket", "content", "read"),
+                    Grant("key", "content", "decrypt"),
+                    Grant("bucket", "exports", "read"),
+                    Grant("bucket", "exports", "write"),
+                    Grant("queue", "audit", "send"),
+                ),
+                environment=(
+                    (
+                        "TOLLWAY_CONTENT_RETENTION_DAYS",
+                        ",".join(f"{name}={days}" for name, days in CONTENT_RETENTION_DAYS),
+                    ),
+                ),
+            ),
+        ),
+        roles=(
+            RoleSpec(
+                "auditor",
+                f"{p}-auditor",
+                "Reads the audit trail and the dataset exports",
+                grants=(Grant("table", "audit", "read"), Grant("bucket", "exports", "read")),
+            ),
+            # read on content: HeadObject (did the object exist?) needs s3:GetObject. The deletion
+            # evidence goes through the audit queue, so the audit trail records who deleted what.
+            RoleSpec(
+                "content-deleter",
+                f"{p}-content-deleter",
+                "Deletes captured content and records the deletion in the audit trail",
+                grants=(
+                    Grant("bucket", "content", "delete"),
+                    Grant("bucket", "content", "read"),
+                    Grant("table", "audit", "read"),
+                    Grant("queue", "audit", "send"),
+                ),
+            ),
+            RoleSpec(
+                "export-requester",
+                f"{p}-export-requester",
+                "Requests dataset exports and reads their results",
+                grants=(Grant("queue", "exports", "send"), Grant("bucket", "exports", "read")),
+            ),
         ),
         gateway=FunctionSpec(
             key="gateway",
@@ -322,7 +459,10 @@ def topology(prefix: str = DEFAULT_PREFIX) -> Topology:
                 Grant("key", "pii-vault", "envelope"),
                 Grant("bucket", "config", "read"),
                 Grant("bucket", "pricing", "read"),
-                Grant("bucket", "content", "read-write"),
+                # Capture only puts content (sealed with a fresh data key: GenerateDataKey, never
+                # Decrypt); reading it back or exporting it is the export function's and the roles'.
+                Grant("bucket", "content", "write"),
+                Grant("key", "content", "encrypt"),
             ),
         ),
     )

@@ -25,6 +25,7 @@ import orjson
 from tollway.config.governance import compile_governance, compile_pricing, load_pricing_files, route_prices
 from tollway.config.pii import compile_pii_profiles, pii_keys
 from tollway.config.schema import ModelConfig, ProviderConfig, RouterConfig
+from tollway.config.validate import CAPTURING_MODES, content_retention_class
 from tollway.exceptions import ConfigError, ConfigIssue
 from tollway.governance.policy import GovernanceSnapshot, PricingView
 from tollway.governance.principals import Principal, key_digest
@@ -33,7 +34,7 @@ from tollway.pricing import PricingSnapshot
 from tollway.providers import FORMAT_CAPABILITIES, codec_for, embeddings_codec_for
 from tollway.providers.base import ProviderFormat, Target
 from tollway.routing.health import CircuitPolicy, HealthRegistry, OutlierPolicy
-from tollway.routing.plan import AliasPlan, Deployment, RetryPolicy, RouteTarget
+from tollway.routing.plan import AliasPlan, ContentPolicy, Deployment, RetryPolicy, RouteTarget
 from tollway.routing.strategies import (
     Canary,
     CanarySplit,
@@ -47,6 +48,7 @@ from tollway.routing.strategies import (
 from tollway.secrets import SecretResolver
 from tollway.transport import Transport, TransportSettings, build_transport
 from tollway.transport.base import TransportFactory
+from tollway.transport.sigv4 import RequestSigner, Signer, botocore_credentials
 
 if TYPE_CHECKING:
     from tollway.pipeline.stage import Stage
@@ -130,13 +132,17 @@ class RootHolder:
         return old
 
 
-_DEFAULT_FORMAT: Final = {"anthropic": ProviderFormat.ANTHROPIC_MESSAGES, "gemini": ProviderFormat.GEMINI}
+_DEFAULT_FORMAT: Final = {
+    "anthropic": ProviderFormat.ANTHROPIC_MESSAGES,
+    "bedrock": ProviderFormat.BEDROCK_CONVERSE,
+    "gemini": ProviderFormat.GEMINI,
+}
 """The wire format of a provider no route names (its transport still needs auth headers)."""
 
 
 def _auth_headers(provider: ProviderConfig, fmt: ProviderFormat, resolver: SecretResolver, path: str) -> dict[str, str]:
-    if provider.authMode == "none" or not provider.credentials:
-        return {}
+    if provider.authMode == "none" or not provider.credentials or provider.type == "bedrock":
+        return {}  # bedrock: no static credential, each request is signed (``_signer``)
     current = [c for c in provider.credentials if c.lifecycle == "current"] or list(provider.credentials)
     cred = current[0]
     secret = resolver.resolve(cred.secretRef, f"{path}.credentials[{provider.credentials.index(cred)}].secretRef")
@@ -145,6 +151,28 @@ def _auth_headers(provider: ProviderConfig, fmt: ProviderFormat, resolver: Secre
     if fmt is ProviderFormat.GEMINI:
         return {"x-goog-api-key": secret.reveal()}
     return {"authorization": f"Bearer {secret.reveal()}"}
+
+
+def _signer(provider: ProviderConfig, path: str) -> Signer | None:
+    """A bedrock provider's SigV4 signer: credentials from botocore's chain (``awsProfile``, else the
+    environment, shared files or role), read now so that none found fails the publication."""
+    if provider.type != "bedrock" or provider.authMode == "none" or provider.awsRegion is None:
+        return None
+    where = f"{path}.awsProfile" if provider.awsProfile else path
+    return RequestSigner(botocore_credentials(provider.awsProfile, path=where), provider.awsRegion)
+
+
+def _content_policy(model: ModelConfig, cfg: RouterConfig) -> ContentPolicy | None:
+    """The alias's capture, when its content mode (its own, else the audit block's) stores content."""
+    if model.contentMode not in CAPTURING_MODES:
+        return None
+    return ContentPolicy(
+        mode=model.contentMode or "",
+        sample_rate=model.contentSampleRate,
+        retention_class=content_retention_class(model),
+        purposes=("audit", *model.contentPurposes),
+        max_record_bytes=cfg.content.maxRecordBytes,
+    )
 
 
 def _client_formats(model: ModelConfig) -> frozenset[str]:
@@ -304,12 +332,19 @@ class Publisher:
                 max_response_bytes=cfg.maxResponseBodyBytes,
                 trace_connect=cfg.audit.sink.type != "none",  # per-attempt connect timing is audit data
             )
-            fingerprint = hashlib.sha256(repr((cfg.httpClient, settings, sorted(auth.items()))).encode()).hexdigest()
+            signer = _signer(provider, path)
+            signing = (provider.awsRegion, provider.awsProfile) if signer is not None else None
+            fingerprint = hashlib.sha256(
+                repr((cfg.httpClient, settings, sorted(auth.items()), signing)).encode()
+            ).hexdigest()
             cached = self._transports.get(pid)
             if cached is not None and cached[0] == fingerprint:
                 transport = cached[1]
             else:
-                transport = self.transport_factory(cfg.httpClient, settings, auth)
+                if signer is not None:  # only then: a factory for unsigned providers need not take one
+                    transport = self.transport_factory(cfg.httpClient, settings, auth, signer=signer)
+                else:
+                    transport = self.transport_factory(cfg.httpClient, settings, auth)
                 self._open.append(transport)
                 self._transports[pid] = (fingerprint, transport)
             out[pid] = Deployment(
@@ -380,6 +415,8 @@ class Publisher:
             response_model=model.responseModel,
             stream_recovery=model.streamRecovery,
             pii=profiles[model.piiProfileId] if model.piiProfileId else None,
+            content=_content_policy(model, cfg),
+            content_mode=model.contentMode,
         )
 
     def _keys(self, cfg: RouterConfig) -> dict[str, Principal]:

@@ -7,9 +7,10 @@ These pydantic models only check shape and local bounds. Cross-references and po
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "AdmissionConfig",
@@ -17,6 +18,8 @@ __all__ = [
     "CanaryConfig",
     "CanarySplitConfig",
     "CircuitBreakerConfig",
+    "ContentConfig",
+    "ContentStoreConfig",
     "CorsConfig",
     "CredentialConfig",
     "GovernanceConfig",
@@ -30,6 +33,7 @@ __all__ = [
     "PrincipalConfig",
     "ProviderConfig",
     "QuotaGroupConfig",
+    "RetentionClassConfig",
     "RouteConfig",
     "RouterConfig",
     "RoutingConfig",
@@ -52,8 +56,9 @@ class CredentialConfig(_Model):
 
 
 class ProviderConfig(_Model):
-    type: Literal["openai", "anthropic", "openai-compatible", "gemini"]
+    type: Literal["openai", "anthropic", "openai-compatible", "gemini", "bedrock"]
     baseUrl: str
+    """Required, except for ``bedrock``: there it defaults to ``https://bedrock-runtime.{awsRegion}.amazonaws.com``."""
     providerAccountId: str | None = None
     quotaGroupId: str | None = None
     authMode: Literal["api-key", "none"] = "api-key"
@@ -68,6 +73,29 @@ class ProviderConfig(_Model):
     """Per-process cap on this deployment's requests in flight (a target beyond it is skipped); 0: none."""
     pricingProvider: str | None = None
     """The provider's id in the pricing catalog (``openai``, ``anthropic``); defaults to ``type``."""
+    awsRegion: str | None = None
+    """``bedrock`` only: the region requests are sent to and signed for; defaults to ``AWS_REGION``,
+    else ``AWS_DEFAULT_REGION``, read when the configuration is parsed."""
+    awsProfile: str | None = None
+    """``bedrock`` only: the shared-config profile whose credentials sign requests; by default
+    botocore's chain (environment, shared files, the container's or the instance's role)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bedrock_defaults(cls, data: Any) -> Any:
+        """A bedrock provider's region from the environment, and its endpoint from the region.
+        Without any region its ``baseUrl`` is left empty, so validation reports ``awsRegion``."""
+        if not isinstance(data, dict) or data.get("type") != "bedrock":
+            return data
+        region = data.get("awsRegion")
+        if region is None:
+            region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+            if region:
+                data = {**data, "awsRegion": region}
+        if "baseUrl" not in data:
+            endpoint = f"https://bedrock-runtime.{region}.amazonaws.com" if isinstance(region, str) and region else ""
+            data = {**data, "baseUrl": endpoint}
+        return data
 
 
 class RouteConfig(_Model):
@@ -101,6 +129,18 @@ class ModelConfig(_Model):
     format is ``openai-embeddings``, and every route's provider format must be able to embed."""
     piiProfileId: str | None = None
     """The PII profile (``pii.profiles``) applied to this alias's requests; none: no tokenization."""
+    contentMode: Literal["metadata-only", "disabled", "tokenized-content", "encrypted-raw"] | None = None
+    """What is kept of this alias's exchanges (docs/export.md): ``metadata-only`` (the audit record
+    alone), ``disabled`` (no audit record), ``tokenized-content`` (also the exchange as the provider
+    saw it, placeholders and all) or ``encrypted-raw`` (also what the client sent and got back, under
+    a shorter retention). Unset: ``audit.contentMode``."""
+    contentSampleRate: float = Field(default=1.0, ge=0.0, le=1.0)
+    """The share of requests whose content is captured, in the two content modes (by request id)."""
+    contentRetentionClass: str | None = None
+    """A class of ``content.retentionClasses``; unset: ``standard``, or ``restricted`` for ``encrypted-raw``."""
+    contentPurposes: list[Literal["evaluation", "training"]] = Field(default_factory=list)
+    """What captured content may be exported for beyond ``audit``: the consent it is captured under.
+    ``encrypted-raw`` content is for ``audit`` only."""
     maxEmbeddingInputs: int = Field(default=2048, ge=1, le=100_000)
     """The most inputs one embeddings request may carry (providers cap a batch: OpenAI at 2048)."""
     processingMode: str = "normalized"
@@ -484,6 +524,41 @@ class PiiConfig(_Model):
     ``minPreservationRate``; a relative path is relative to the config file's folder."""
 
 
+class ContentStoreConfig(_Model):
+    """The content store: an S3 bucket, objects envelope-encrypted under a KMS key's data keys."""
+
+    type: Literal["s3", "memory"] = "s3"
+    """``memory``: this process's, lost on exit (tests)."""
+    bucket: str = ""
+    """Empty uses ``$TOLLWAY_BUCKET_CONTENT``."""
+    kmsKeyId: str = ""
+    """Empty uses ``$TOLLWAY_CONTENT_KMS_KEY_ID``."""
+
+
+class RetentionClassConfig(_Model):
+    days: int = Field(ge=1, le=3650)
+
+
+class ContentConfig(_Model):
+    """Captured content (``contentMode`` of an alias), where it goes and how long it stays (docs/export.md)."""
+
+    store: ContentStoreConfig | None = None
+    retentionClasses: dict[str, RetentionClassConfig] = Field(
+        default_factory=lambda: {"standard": RetentionClassConfig(days=30), "restricted": RetentionClassConfig(days=7)}
+    )
+    """Each class's lifetime; the CDK app gives the content bucket one lifecycle rule per class."""
+    maxRawRetentionDays: int = Field(default=7, ge=1)
+    """``encrypted-raw`` content may only use a class this short or shorter."""
+    noCaptureClassifications: list[str] = Field(default_factory=lambda: ["restricted", "secret"])
+    """An alias that lists one of these ``dataClassifications`` may not capture content."""
+    maxPending: int = Field(default=1000, ge=1)
+    """Captured exchanges waiting for the store; beyond it (or ``maxPendingBytes``) one is dropped,
+    counted and recorded, while its metadata is kept."""
+    maxPendingBytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    maxRecordBytes: int = Field(default=1024 * 1024, ge=1024)
+    """One exchange larger than this is not captured (``too_large``)."""
+
+
 class RouterConfig(_Model):
     enabled: bool = True
     pathPrefix: str = "/v1"
@@ -506,5 +581,6 @@ class RouterConfig(_Model):
     audit: AuditConfig = Field(default_factory=AuditConfig)
     governance: GovernanceConfig = Field(default_factory=GovernanceConfig)
     pii: PiiConfig = Field(default_factory=PiiConfig)
+    content: ContentConfig = Field(default_factory=ContentConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     """Fixed at start: a reload does not change it."""

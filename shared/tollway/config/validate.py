@@ -43,11 +43,13 @@ ROUTE_CAPABILITIES = CAPABILITIES | {"assistantPrefill"}
 FORMAT_CAPABILITIES: dict[str, frozenset[str]] = {
     "openai-chat-completions": CAPABILITIES,
     "anthropic-messages": frozenset({"streaming", "tools", "vision"}),
+    "bedrock-converse": frozenset({"streaming", "tools", "vision"}),
     "gemini": CAPABILITIES,
 }
 FORMAT_PROVIDER_TYPES: dict[str, frozenset[str]] = {
     "openai-chat-completions": frozenset({"openai", "openai-compatible"}),
     "anthropic-messages": frozenset({"anthropic"}),
+    "bedrock-converse": frozenset({"bedrock"}),
     "gemini": frozenset({"gemini"}),
 }
 CLIENT_FORMATS = frozenset({"openai-chat-completions", "anthropic-messages", "openai-responses", "openai-embeddings"})
@@ -137,6 +139,7 @@ def check(cfg: RouterConfig) -> Findings:
     _check_audit(cfg.audit, issues)
     _check_governance(cfg, issues)
     _check_pii(cfg, issues)
+    _check_content(cfg, issues)
     _check_telemetry(cfg, issues)
     return Findings(issues.items, issues.warnings)
 
@@ -221,7 +224,14 @@ def _check_routing(routing: RoutingConfig, issues: _Issues) -> None:
 
 
 def _check_provider(path: str, provider: ProviderConfig, request_timeout_ms: int, issues: _Issues) -> None:
-    problem = _base_url_problem(provider.baseUrl, provider.allowInsecureHttp)
+    if provider.type == "bedrock":
+        _check_bedrock(path, provider, issues)
+    else:
+        for key in ("awsRegion", "awsProfile"):
+            if key in provider.model_fields_set:
+                issues.add(f"{path}.{key}", "only a provider of type 'bedrock' takes AWS settings")
+    unset = provider.type == "bedrock" and not provider.baseUrl  # no region: reported at awsRegion
+    problem = None if unset else _base_url_problem(provider.baseUrl, provider.allowInsecureHttp)
     if problem:
         issues.add(f"{path}.baseUrl", problem)
     for field, value in (("providerAccountId", provider.providerAccountId), ("quotaGroupId", provider.quotaGroupId)):
@@ -247,8 +257,29 @@ def _check_provider(path: str, provider: ProviderConfig, request_timeout_ms: int
         )
 
 
+_AWS_REGION = re.compile(r"[a-z]{2}(?:-[a-z]+)+-\d{1,2}")
+
+
+def _check_bedrock(path: str, provider: ProviderConfig, issues: _Issues) -> None:
+    """Bedrock signs each request (SigV4) with credentials from botocore's chain, never a secret of
+    this file, and needs the region it signs for."""
+    if provider.awsRegion is None:
+        issues.add(f"{path}.awsRegion", "required: set awsRegion, or AWS_REGION or AWS_DEFAULT_REGION")
+    elif not _AWS_REGION.fullmatch(provider.awsRegion):
+        issues.add(f"{path}.awsRegion", "must be an AWS region name such as us-east-1")
+    if provider.awsProfile is not None:
+        issues.not_blank(f"{path}.awsProfile", provider.awsProfile)
+    if provider.credentials:
+        issues.add(
+            f"{path}.credentials",
+            "not used by bedrock: requests are signed with AWS credentials (the environment, awsProfile or a role)",
+        )
+
+
 def _check_credentials(path: str, provider: ProviderConfig, issues: _Issues) -> None:
     creds = provider.credentials
+    if provider.type == "bedrock":
+        return
     if provider.authMode == "api-key" and not creds:
         issues.add(f"{path}.credentials", "authMode 'api-key' needs at least one credential")
     seen: dict[str, int] = {}
@@ -642,6 +673,66 @@ def _check_governance(cfg: RouterConfig, issues: _Issues) -> None:
     pricing = gov.pricing
     if pricing.bucket and (pricing.catalogFile or pricing.overridesFile):
         issues.add("governance.pricing", "set either bucket or the catalog/overrides files, not both")
+
+
+CAPTURING_MODES = frozenset({"tokenized-content", "encrypted-raw"})
+
+
+def content_retention_class(model: ModelConfig) -> str:
+    """The retention class an alias's captured content is kept under."""
+    if model.contentRetentionClass:
+        return model.contentRetentionClass
+    return "restricted" if model.contentMode == "encrypted-raw" else "standard"
+
+
+def _check_content(cfg: RouterConfig, issues: _Issues) -> None:
+    """The content modes' rules (docs/export.md): a store and a key to capture into, an audit trail
+    to reference it from, a known and short enough retention class, and no capture of a data
+    classification that forbids it."""
+    content = cfg.content
+    for name in content.retentionClasses:
+        if not _SEGMENT.fullmatch(name):
+            issues.add(f"content.retentionClasses.{name}", "must be letters, digits, '-' or '_' (an S3 key segment)")
+    forbidden = set(content.noCaptureClassifications)
+    for j, model in enumerate(cfg.models):
+        path = f"models[{j}]"
+        mode = model.contentMode
+        if mode not in CAPTURING_MODES:
+            if model.contentPurposes:
+                issues.warn(f"{path}.contentPurposes", "has no effect: nothing is captured under this contentMode")
+            continue
+        if content.store is None:
+            issues.add(
+                f"{path}.contentMode", f"{mode} needs a content store: set content.store (an S3 bucket and KMS key)"
+            )
+        if cfg.audit.sink.type == "none":
+            issues.add(
+                f"{path}.contentMode", f"{mode} needs the audit trail (audit.sink), which holds each object's reference"
+            )
+        clash = sorted(forbidden & set(model.dataClassifications))
+        if clash:
+            issues.add(
+                f"{path}.contentMode",
+                f"{mode} is not allowed for data classified {_quoted(clash)} (content.noCaptureClassifications)",
+            )
+        retention = content_retention_class(model)
+        known = content.retentionClasses.get(retention)
+        if known is None:
+            issues.add(
+                f"{path}.contentRetentionClass",
+                f"unknown retention class {retention!r}; known: {_quoted(content.retentionClasses)}",
+            )
+        elif mode == "encrypted-raw" and known.days > content.maxRawRetentionDays:
+            issues.add(
+                f"{path}.contentRetentionClass",
+                f"encrypted-raw content keeps at most {content.maxRawRetentionDays} days "
+                f"(content.maxRawRetentionDays); {retention!r} keeps {known.days}",
+            )
+        if mode == "encrypted-raw" and model.contentPurposes:
+            issues.add(f"{path}.contentPurposes", "encrypted-raw content is for audit only: it holds the raw values")
+    store = content.store
+    if store is not None and store.type == "s3" and not any(m.contentMode in CAPTURING_MODES for m in cfg.models):
+        issues.warn("content.store", "no alias captures content (contentMode): the store is unused")
 
 
 def _check_pii(cfg: RouterConfig, issues: _Issues) -> None:  # noqa: C901 - one flat list of the seed's rules

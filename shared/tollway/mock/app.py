@@ -9,6 +9,9 @@ Routes::
                                       Gemini API, buffered
     POST   /v1beta/models/{model}:streamGenerateContent
                                       Gemini API, SSE (as with ``?alt=sse``)
+    POST   /model/{modelId}/converse  Amazon Bedrock Converse, buffered (SigV4-signed requests only)
+    POST   /model/{modelId}/converse-stream
+                                      Amazon Bedrock ConverseStream (AWS event stream)
     *      /_fault/<k=v,k=v>/<route>  the route above, with faults (see tollway.mock.faults)
     GET    /_mock/health              {"ok": true}
     GET    /_mock/requests            the request log, oldest first; DELETE clears it
@@ -33,6 +36,9 @@ from typing import Any, Final
 import orjson
 
 from tollway.mock.anthropic_messages import AnthropicMessages
+from tollway.mock.bedrock_converse import BedrockConverse, signed
+from tollway.mock.bedrock_converse import context_refusal as bedrock_context_refusal
+from tollway.mock.bedrock_converse import route as bedrock_route
 from tollway.mock.content import (
     DEFAULT_CHUNKS,
     MockRequest,
@@ -82,6 +88,9 @@ _GEMINI: Final = Gemini()
 _GEMINI_MODELS: Final = "/v1beta/models/"
 _GEMINI_METHODS: Final = {"generateContent": False, "streamGenerateContent": True}
 """Gemini's methods, by whether they stream."""
+_BEDROCK: Final = BedrockConverse()
+_BEDROCK_MODELS: Final = "/model/"
+_UNSIGNED: Final = "Mock: the request is not signed with AWS Signature Version 4"
 _FAULT_PREFIX: Final = "/_fault/"
 _JSON_TYPE: Final = (b"content-type", b"application/json")
 _SSE_HEADERS: Final = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
@@ -164,6 +173,9 @@ class MockApp:
         if wire is None and path.startswith(_GEMINI_MODELS):
             route = _gemini_route(path)
             wire = _GEMINI if route is not None else None
+        elif wire is None and path.startswith(_BEDROCK_MODELS):
+            route = bedrock_route(path)
+            wire = _BEDROCK if route is not None else None
         if wire is not None:
             if scope["method"] != "POST":
                 await _method_not_allowed(send, b"POST")
@@ -180,9 +192,10 @@ class MockApp:
     async def _provider(
         self, wire: WireFormat, spec: str, scope: Scope, receive: Receive, send: Send, route: tuple[str, bool] | None
     ) -> None:
-        """``route``: the model and whether to stream, for a format that puts them in the path (Gemini)."""
+        """``route``: the model and whether to stream, for a format that puts them in the path (Gemini,
+        Bedrock)."""
         seq = next(self._seq)
-        bearer = api_key = goog_key = auth = False
+        bearer = api_key = goog_key = sigv4 = auth = False
         header_faults: dict[str, str] | None = None
         traceparent: str | None = None
         for name, value in scope["headers"]:
@@ -191,6 +204,7 @@ class MockApp:
             elif name == b"authorization":
                 auth = True
                 bearer = value[:7].lower() == b"bearer " and bool(value[7:].strip())
+                sigv4 = signed(value)
             elif name == b"x-api-key":
                 auth = True
                 api_key = bool(value.strip())
@@ -228,9 +242,9 @@ class MockApp:
             return
         if route is not None:
             body["model"], body["stream"] = route
-            api_key = goog_key
+            api_key = goog_key if wire is _GEMINI else sigv4
         model = body.get("model")
-        messages = body.get("contents" if route is not None else "messages")
+        messages = body.get("contents" if wire is _GEMINI else "messages")
         record["model"] = model if isinstance(model, str) else None
         record["stream"] = body.get("stream") is True
         record["messages"] = len(messages) if isinstance(messages, list) else 0
@@ -271,8 +285,9 @@ class MockApp:
         delay = faults.delay_s(x.seq)
         if delay:
             await asyncio.sleep(delay)
-        if faults.require_auth and not x.wire.authorized(bearer, api_key):
-            await x.error(401, "Mock: missing or invalid API key")
+        refused = _unauthorized(x.wire, faults, bearer, api_key)
+        if refused is not None:
+            await x.error(401, refused)
             return
         try:
             req = x.wire.parse(body)
@@ -294,10 +309,7 @@ class MockApp:
             return
         if faults.context_window is not None and req.prompt_tokens > faults.context_window:
             used, limit = req.prompt_tokens, faults.context_window
-            refusal = (
-                gemini_context_refusal(used, limit) if x.wire is _GEMINI else context_refusal(x.wire.name, used, limit)
-            )
-            await x.error(400, *refusal)
+            await x.error(400, *_context_refusal(x.wire, used, limit))
             return
         chunks = faults.chunks or DEFAULT_CHUNKS
         reply: Reply
@@ -340,7 +352,7 @@ class MockApp:
         plan = x.wire.stream(req, reply, x.seq, int(time.time()))
         if faults.no_done:
             plan.tail = plan.tail.removesuffix(x.wire.terminal_frame)
-        await x.start(200, _SSE_HEADERS)
+        await x.start(200, _BEDROCK.stream_headers if x.wire is _BEDROCK else _SSE_HEADERS)
         if not faults.paced:
             await x.body(b"".join([plan.preamble, *plan.deltas, plan.tail]), more=False)
             return
@@ -445,7 +457,9 @@ class _Exchange:
         headers: Headers | None = None,
         param: str | None = None,
     ) -> None:
-        await self.respond(status, self.wire.error(status, message, error_type, param), [_JSON_TYPE, *(headers or ())])
+        extra = _BEDROCK.error_headers(status, error_type) if self.wire is _BEDROCK else []
+        payload = self.wire.error(status, message, error_type, param)
+        await self.respond(status, payload, [_JSON_TYPE, *extra, *(headers or ())])
 
     async def abort(self, partial: bytes, mode: str) -> None:
         """End the body after ``partial``; ``reset`` leaves it unfinished so the server drops the connection."""
@@ -459,6 +473,24 @@ def _gemini_route(path: str) -> tuple[str, bool] | None:
     if not colon or not model or "/" in model or stream is None:
         return None
     return model, stream
+
+
+def _unauthorized(wire: WireFormat, faults: FaultSpec, bearer: bool, api_key: bool) -> str | None:
+    """Why the request's credential is refused, or ``None``. Bedrock refuses every unsigned
+    request, whatever the faults (for it, ``api_key`` says the request carries a SigV4 signature)."""
+    if wire is _BEDROCK:
+        return None if _BEDROCK.authorized(bearer, False, sigv4=api_key) else _UNSIGNED
+    if faults.require_auth and not wire.authorized(bearer, api_key):
+        return "Mock: missing or invalid API key"
+    return None
+
+
+def _context_refusal(wire: WireFormat, used: int, limit: int) -> tuple[str, str | None]:
+    if wire is _GEMINI:
+        return gemini_context_refusal(used, limit)
+    if wire is _BEDROCK:
+        return bedrock_context_refusal(used, limit)
+    return context_refusal(wire.name, used, limit)
 
 
 def _clamp(k: int | None, count: int, failing: bool) -> int | None:

@@ -39,7 +39,8 @@ no_done=1           SSE: end after the finish (and usage) without ``[DONE]`` / `
 context_window=<n>  400 context-length refusal, in the format's words, for prompts over n tokens
 no_prefill=1        400 for a request whose last message is an assistant prefill (else the mock
                     continues a prefill that begins its reply, with the rest of that reply)
-require_auth=1      401 unless ``Authorization: Bearer`` (OpenAI) / ``x-api-key`` (Anthropic)
+require_auth=1      401 unless ``Authorization: Bearer`` (OpenAI) / ``x-api-key`` (Anthropic);
+                    Bedrock answers 401 to any request without a SigV4 ``Authorization``, always
 placeholders=<m>    PII placeholders in the reply: ``echo`` (as without it), ``alter`` (each kind
                     lower-cased: a near miss), ``drop`` (removed), ``invent`` (a forged one added);
                     any mode also copies the request's placeholders into a tool call

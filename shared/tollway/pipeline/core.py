@@ -280,7 +280,7 @@ class Pipeline:
             plan=plan,
             deadline=asyncio.get_running_loop().time() + limits.request_timeout_s,
             session_id=session_id[:128] if session_id else None,
-            audit=self.audit.recorder if self.audit is not None else None,
+            audit=self.audit.recorder if self.audit is not None and plan.content_mode != "disabled" else None,
             input_tokens=input_tokens,
             trace=call.trace,
             operation=call.operation,
@@ -477,7 +477,7 @@ class _Lifecycle:
                         logging.getLogger("tollway.pipeline").exception(
                             "stage %s failed to finish request %s", stage.name, call.request_id
                         )
-            if not call.admitted_at and pipeline.audit is not None:
+            if not call.admitted_at and pipeline.audit is not None and not _unaudited(call):
                 pipeline.audit.rejected(call, self._root.digest)
             if pipeline.observer is not None:
                 if trace is not None:
@@ -610,3 +610,8 @@ class _StreamSession:
             await self._committed.aclose(self._error)
         finally:
             await self._life.end()
+
+
+def _unaudited(call: Call) -> bool:
+    """The request named an alias whose ``contentMode`` is ``disabled``: it leaves no audit record."""
+    return call.alias is not None and call.alias.content_mode == "disabled"

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from tollway.gateway import RequestContext
     from tollway.governance.meter import CostRecord
     from tollway.governance.principals import Principal
+    from tollway.pipeline.stages.content import Capture
     from tollway.pipeline.stages.pii import PiiState
     from tollway.routing.plan import AliasPlan
     from tollway.telemetry.tracing import RequestTrace
@@ -37,6 +38,7 @@ class Call:
     __slots__ = (
         "admitted_at",
         "alias",
+        "capture",
         "code",
         "commit",
         "committed_at",
@@ -84,6 +86,8 @@ class Call:
         """What the request cost, settled by the governance stage's ``finish``."""
         self.pii: PiiState | None = None
         """The request's PII state (its mapping, what the audit trail records), under a PII profile."""
+        self.capture: Capture | None = None
+        """What the content stage keeps of a sampled request, under a capturing ``contentMode``."""
         self.commit = False
         """The terminal audit event must be durable before the stream's end frame leaves."""
 

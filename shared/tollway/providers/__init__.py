@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tollway.providers.anthropic_messages import AnthropicMessagesCodec
-from tollway.providers.base import EmbeddingsCodec, ProviderCodec, ProviderFormat, Target
+from tollway.providers.base import AnyCodec, EmbeddingsCodec, EventStreamCodec, ProviderCodec, ProviderFormat, Target
+from tollway.providers.bedrock_converse import BedrockConverseCodec
 from tollway.providers.gemini import GeminiCodec
 from tollway.providers.openai_chat import OpenAIChatCodec
 from tollway.providers.openai_embeddings import OpenAIEmbeddingsCodec
@@ -19,7 +20,10 @@ from tollway.providers.openai_embeddings import OpenAIEmbeddingsCodec
 __all__ = [
     "FORMAT_CAPABILITIES",
     "AnthropicMessagesCodec",
+    "AnyCodec",
+    "BedrockConverseCodec",
     "EmbeddingsCodec",
+    "EventStreamCodec",
     "GeminiCodec",
     "OpenAIChatCodec",
     "ProviderCodec",
@@ -32,18 +36,21 @@ __all__ = [
 FORMAT_CAPABILITIES: dict[ProviderFormat, frozenset[str]] = {
     ProviderFormat.OPENAI_CHAT: frozenset({"streaming", "tools", "vision", "json_object", "json_schema"}),
     ProviderFormat.ANTHROPIC_MESSAGES: frozenset({"streaming", "tools", "vision"}),
+    ProviderFormat.BEDROCK_CONVERSE: frozenset({"streaming", "tools", "vision"}),
     ProviderFormat.GEMINI: frozenset({"streaming", "tools", "vision", "json_object", "json_schema"}),
 }
 
-_CODECS: Mapping[ProviderFormat, ProviderCodec] = {
+_CODECS: Mapping[ProviderFormat, AnyCodec] = {
     ProviderFormat.OPENAI_CHAT: OpenAIChatCodec(),
     ProviderFormat.ANTHROPIC_MESSAGES: AnthropicMessagesCodec(),
+    ProviderFormat.BEDROCK_CONVERSE: BedrockConverseCodec(),
     ProviderFormat.GEMINI: GeminiCodec(),
 }
 
 
-def codec_for(fmt: ProviderFormat) -> ProviderCodec:
-    """The shared codec of ``fmt``; codecs hold no per-request state, so one instance serves all."""
+def codec_for(fmt: ProviderFormat) -> AnyCodec:
+    """The shared codec of ``fmt``; codecs hold no per-request state, so one instance serves all.
+    Its ``framing`` says how its streams are framed."""
     return _CODECS[fmt]
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import orjson
 
@@ -111,6 +111,7 @@ class AnthropicMessagesCodec:
     """
 
     format: ClassVar[ProviderFormat] = ProviderFormat.ANTHROPIC_MESSAGES
+    framing: ClassVar[Literal["sse"]] = "sse"
 
     def encode_request(self, req: CanonicalRequest, target: Target) -> UpstreamRequest:
         if req.response_format is not None and req.response_format.type != "text":

@@ -2,6 +2,10 @@
 
 The values a codec exchanges with transports and SSE framing, ``UpstreamRequest`` and ``SseEvent``,
 live in ``tollway.wire`` so that ``tollway.transport`` need not import this package.
+
+A codec's ``framing`` says how its streamed responses are framed, and so which events its
+``decode_stream`` takes: Server-Sent Events (``tollway.sse``) for most formats, the AWS event stream
+(``tollway.eventstream``) for Bedrock. The gateway frames the bytes by it; ``AnyCodec`` is either.
 """
 
 from __future__ import annotations
@@ -9,18 +13,20 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar, Literal, Protocol, TypeAlias
 
 from tollway.canonical import CanonicalRequest, CanonicalResponse, EmbeddingRequest, EmbeddingResponse, StreamEvent
+from tollway.eventstream import EventStreamMessage
 from tollway.exceptions import UpstreamError
 from tollway.wire import SseEvent, UpstreamRequest
 
-__all__ = ["EmbeddingsCodec", "ProviderCodec", "ProviderFormat", "Target"]
+__all__ = ["AnyCodec", "EmbeddingsCodec", "EventStreamCodec", "ProviderCodec", "ProviderFormat", "Target"]
 
 
 class ProviderFormat(enum.Enum):
     OPENAI_CHAT = "openai-chat-completions"
     ANTHROPIC_MESSAGES = "anthropic-messages"
+    BEDROCK_CONVERSE = "bedrock-converse"
     GEMINI = "gemini"
 
 
@@ -35,7 +41,10 @@ class Target:
 
 
 class ProviderCodec(Protocol):
+    """A format whose streams are Server-Sent Events."""
+
     format: ClassVar[ProviderFormat]
+    framing: ClassVar[Literal["sse"]]
 
     def encode_request(self, req: CanonicalRequest, target: Target) -> UpstreamRequest: ...
 
@@ -44,6 +53,26 @@ class ProviderCodec(Protocol):
     def decode_stream(self, events: AsyncIterator[SseEvent]) -> AsyncIterator[StreamEvent]: ...
 
     def decode_error(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamError: ...
+
+
+class EventStreamCodec(Protocol):
+    """A format whose streams are AWS event streams (Bedrock): the same four verbs, but
+    ``decode_stream`` takes event stream messages rather than SSE events."""
+
+    format: ClassVar[ProviderFormat]
+    framing: ClassVar[Literal["eventstream"]]
+
+    def encode_request(self, req: CanonicalRequest, target: Target) -> UpstreamRequest: ...
+
+    def decode_response(self, status: int, body: bytes) -> CanonicalResponse: ...
+
+    def decode_stream(self, events: AsyncIterator[EventStreamMessage]) -> AsyncIterator[StreamEvent]: ...
+
+    def decode_error(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamError: ...
+
+
+AnyCodec: TypeAlias = ProviderCodec | EventStreamCodec
+"""A chat codec of either framing; ``codec.framing`` tells them apart."""
 
 
 class EmbeddingsCodec(Protocol):

@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import orjson
 
@@ -98,6 +98,7 @@ class OpenAIChatCodec:
     """``POST chat/completions`` relative to a base URL ending in ``/v1``."""
 
     format: ClassVar[ProviderFormat] = ProviderFormat.OPENAI_CHAT
+    framing: ClassVar[Literal["sse"]] = "sse"
 
     def encode_request(self, req: CanonicalRequest, target: Target) -> UpstreamRequest:
         """Front ends refuse what this format cannot carry for an alias with such a route, so

@@ -8,10 +8,11 @@ one attempt budget.
 from __future__ import annotations
 
 import random
+import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tollway.providers.base import EmbeddingsCodec, ProviderCodec, ProviderFormat, Target
+from tollway.providers.base import AnyCodec, EmbeddingsCodec, ProviderFormat, Target
 from tollway.routing.health import DeploymentHealth, OutlierPolicy
 from tollway.routing.retry import RetryPolicy
 from tollway.routing.strategies import RouteDecision, SelectionInput, Strategy, WeightedRandom, decide
@@ -30,7 +31,7 @@ class Deployment:
 
     id: str
     format: ProviderFormat
-    codec: ProviderCodec
+    codec: AnyCodec
     transport: Transport
     provider_account_id: str
     quota_group_id: str
@@ -58,6 +59,28 @@ class RouteTarget:
     """Declared context window in tokens (``contextWindowTokens``); ``None``: undeclared."""
     prefill: bool = False
     """The route declares ``assistantPrefill``: it continues a trailing assistant message."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContentPolicy:
+    """An alias's content capture, compiled from ``contentMode`` and its companions (docs/export.md)."""
+
+    mode: str
+    """``tokenized-content`` or ``encrypted-raw``."""
+    sample_rate: float
+    retention_class: str
+    purposes: tuple[str, ...]
+    """``audit`` and the consented ones (``contentPurposes``)."""
+    max_record_bytes: int = 1024 * 1024
+
+    def sampled(self, request_id: str) -> bool:
+        """Whether this request's content is captured: a stable function of its id, so a replay or a
+        second look at the same request decides the same way."""
+        if self.sample_rate >= 1.0:
+            return True
+        if self.sample_rate <= 0.0:
+            return False
+        return zlib.crc32(request_id.encode()) < self.sample_rate * 0x1_0000_0000
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -93,6 +116,10 @@ class AliasPlan:
     """The most inputs one embeddings request may carry (``maxEmbeddingInputs``)."""
     pii: PiiProfile | None = None
     """The PII profile its requests are tokenized under (``piiProfileId``); ``None``: none."""
+    content: ContentPolicy | None = None
+    """How its exchanges are captured (``contentMode`` tokenized-content or encrypted-raw); ``None``: never."""
+    content_mode: str | None = None
+    """Its own ``contentMode``; ``None``: the audit block's."""
     stages: tuple[Stage, ...] = ()
     """The request stages this alias runs, in order, compiled in at publication
     (``tollway.pipeline.compile``): a stage the root does not enable is not here at all."""

@@ -156,6 +156,9 @@ def create_app(config_path: str | Path | None = None, *, watch_interval_s: float
                 t.cancel()
             if runtime.metrics is not None:
                 runtime.metrics.flush()  # the last second's counts, for the shutdown's final scrape or EMF flush
+            if runtime.content_writer is not None:
+                # Content still queued goes to the store while the audit trail can take its references.
+                await runtime.content_writer.aclose(timeout_s=5.0)
             if runtime.audit is not None:
                 await runtime.audit.aclose()
             await runtime.aclose()

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING
 from tollway.audit.pipeline import AuditPipeline
 from tollway.config.loader import load_config_with_warnings
 from tollway.config.root import Publisher, RootHolder
-from tollway.config.schema import AuditConfig, CorsConfig, GovernanceConfig, PiiVaultConfig, TelemetryConfig
+from tollway.config.schema import (
+    AuditConfig,
+    ContentConfig,
+    CorsConfig,
+    GovernanceConfig,
+    PiiVaultConfig,
+    TelemetryConfig,
+)
+from tollway.config.validate import CAPTURING_MODES
 from tollway.exceptions import ConfigError, ConfigIssue, TollwayError
 from tollway.gateway import Gateway
 from tollway.governance.leases import LeasePolicy, LocalLedger
@@ -30,11 +38,14 @@ from tollway.pipeline.compile import stage_compiler
 from tollway.pipeline.core import Pipeline
 from tollway.pipeline.observe import Observer
 from tollway.pipeline.stages.audit import AuditStage
+from tollway.pipeline.stages.content import ContentStage
 from tollway.pipeline.stages.pii import PiiStage
 from tollway.transport import build_transport
 from tollway.transport.base import TransportFactory
 
 if TYPE_CHECKING:
+    from tollway.content.base import ContentRecord, ContentRef, ContentStore
+    from tollway.content.writer import ContentWriter
     from tollway.metering import UsageLedger
     from tollway.telemetry.metrics import GatewayMetrics
     from tollway.telemetry.tracing import Tracer
@@ -66,6 +77,10 @@ class GatewayRuntime:
     pipeline: Pipeline | None = None
     """The request path (:meth:`attach_audit` builds it again with the audit recorder)."""
     pii: PiiStage = field(default_factory=PiiStage)
+    content: ContentStage | None = None
+    """Content capture (``contentMode``), when the ``content:`` block has a store; its writer puts
+    records in the background and reports each one to the audit trail."""
+    content_writer: ContentWriter | None = None
     """PII tokenization, in the plans of aliases with a PII profile; it owns the vault client."""
     _usage_ledger: UsageLedger | None = None
     _stamp: tuple[float, int] | None = None
@@ -101,10 +116,40 @@ class GatewayRuntime:
             telemetry_config=cfg.telemetry,
             pii=pii,
         )
+        if cfg.content.store is not None and any(m.contentMode in CAPTURING_MODES for m in cfg.models):
+            runtime._start_content(cfg.content)
         runtime._stamp = stamp  # taken before the read, so a write during start-up is seen by the watch
         runtime._start_telemetry()
         runtime.attach_audit(None)
         return runtime
+
+    def _start_content(self, cfg: ContentConfig) -> None:
+        """The content store and its writer; the writer's callbacks append to whichever audit trail is
+        attached when a record is stored (none: the reference is lost, and counted as dropped)."""
+        from tollway.content.writer import ContentWriter
+
+        def stored(record: ContentRecord, ref: ContentRef) -> None:
+            audit = self.audit
+            if audit is not None and audit.recorder is not None:
+                audit.recorder.content_stored(record.request_id, self.holder.root.digest, ref.to_body())
+            if self.metrics is not None:
+                self.metrics.content_records.child("stored").inc()
+
+        def dropped(record: ContentRecord, reason: str) -> None:
+            audit = self.audit
+            if audit is not None and audit.recorder is not None:
+                audit.recorder.content_dropped(record.request_id, self.holder.root.digest, record.mode, reason)
+            if self.metrics is not None:
+                self.metrics.content_records.child(reason).inc()
+
+        self.content_writer = ContentWriter(
+            _content_store(cfg),
+            max_pending=cfg.maxPending,
+            max_pending_bytes=cfg.maxPendingBytes,
+            on_stored=stored,
+            on_dropped=dropped,
+        )
+        self.content = ContentStage(self.content_writer)
 
     def _start_telemetry(self) -> None:
         """Build the metrics and the tracer the ``telemetry:`` block asks for (neither: nothing at all)."""
@@ -149,7 +194,7 @@ class GatewayRuntime:
             hold_done=cfg.durability == "local-durable" and cfg.terminalCommitBeforeDone,
             observer=self.observer,
         )
-        self.publisher.stages = stage_compiler(self.gateway.governor, stage, self.pii)
+        self.publisher.stages = stage_compiler(self.gateway.governor, stage, self.pii, self.content)
         self.holder.swap(self.publisher.restage(self.holder.root))
 
     def usage_ledger(self) -> UsageLedger | None:
@@ -275,7 +320,24 @@ class GatewayRuntime:
         if isinstance(store, DynamoDBLeaseStore):
             store.close()
         await self.pii.aclose()
+        if self.content_writer is not None:
+            await self.content_writer.aclose(timeout_s=5.0)  # what is queued goes to the store first
+            await self.content_writer.store.aclose()
         await self.publisher.aclose()
+
+
+def _content_store(cfg: ContentConfig) -> ContentStore:
+    """The ``content.store`` the config names; the S3 store's bucket and key default to the environment's."""
+    store = cfg.store
+    assert store is not None
+    if store.type == "memory":
+        from tollway.content.memory import MemoryContentStore
+
+        return MemoryContentStore()
+    from tollway.content.s3 import ContentStoreSettings, S3ContentStore
+
+    settings = ContentStoreSettings.from_env(bucket=store.bucket or None, kms_key_id=store.kmsKeyId or None)
+    return S3ContentStore(settings)
 
 
 def _vault_factory(cfg: PiiVaultConfig | None) -> Callable[[], PiiVault] | None:

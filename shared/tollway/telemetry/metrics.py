@@ -339,6 +339,12 @@ class GatewayMetrics:
             "unresolvable: invented), near_miss (altered), omitted (sent and never returned).",
             ["alias", "outcome"],
         )
+        self.content_records = counter(
+            "tollway_content_records",
+            "Captured exchanges (contentMode) by outcome: stored, or dropped and why (queue_full, "
+            "too_large, store_unavailable, rejected, closed); a drop keeps the request's metadata.",
+            ["outcome"],
+        )
         self.budget_rejections = counter(
             "tollway_budget_rejections",
             "Requests refused by a budget, a rate limit or an unreachable budget store.",

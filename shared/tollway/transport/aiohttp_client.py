@@ -15,9 +15,10 @@ from contextvars import ContextVar, Token
 from typing import Any
 
 import aiohttp
+import yarl
 
 from tollway.exceptions import UpstreamCategory, UpstreamError
-from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, TransportSettings
+from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, Signer, TransportSettings
 from tollway.wire import UpstreamRequest
 
 __all__ = ["AiohttpStream", "AiohttpTransport", "map_aiohttp_error"]
@@ -98,10 +99,14 @@ class AiohttpStream:
 
 
 class AiohttpTransport:
-    def __init__(self, settings: TransportSettings, auth_headers: Mapping[str, str]) -> None:
+    def __init__(
+        self, settings: TransportSettings, auth_headers: Mapping[str, str], *, signer: Signer | None = None
+    ) -> None:
         self.settings = settings
+        self._signer = signer
         self._base = settings.base_url.rstrip("/") + "/"
         self._urls: dict[str, str] = {}
+        self._encoded: dict[str, yarl.URL] = {}
         self._auth = dict(auth_headers)
         self._session: aiohttp.ClientSession | None = None
         self._buffered_timeout = aiohttp.ClientTimeout(
@@ -143,15 +148,29 @@ class AiohttpTransport:
         headers.update(self._auth)
         return headers
 
+    def _target(self, req: UpstreamRequest) -> tuple[str | yarl.URL, dict[str, str]]:
+        """The URL and headers to send. A signed request's URL is passed as already encoded, so
+        yarl sends exactly the path that was signed rather than re-quoting it."""
+        url = self._url(req.path)
+        headers = self._headers(req)
+        if self._signer is None:
+            return url, headers
+        headers.update(self._signer("POST", url, headers, req.body))
+        encoded = self._encoded.get(url)
+        if encoded is None:
+            encoded = self._encoded[url] = yarl.URL(url, encoded=True)
+        return encoded, headers
+
     async def send(
         self, req: UpstreamRequest, timing: ConnectTiming | None = None
     ) -> tuple[int, Mapping[str, str], bytes]:
         token = _start_timing(timing if self.settings.trace_connect else None)
+        url, sent = self._target(req)
         try:
             async with self._client().post(
-                self._url(req.path),
+                url,
                 data=req.body,
-                headers=self._headers(req),
+                headers=sent,
                 timeout=self._buffered_timeout,
                 allow_redirects=False,
             ) as resp:
@@ -169,11 +188,12 @@ class AiohttpTransport:
     @asynccontextmanager
     async def stream(self, req: UpstreamRequest, timing: ConnectTiming | None = None) -> AsyncIterator[AiohttpStream]:
         token = _start_timing(timing if self.settings.trace_connect else None)
+        url, headers = self._target(req)
         try:
             response = await self._client().post(
-                self._url(req.path),
+                url,
                 data=req.body,
-                headers=self._headers(req),
+                headers=headers,
                 timeout=self._stream_timeout,
                 allow_redirects=False,
             )

@@ -3,6 +3,10 @@
 Three implementations sit behind it (``h1``, the default, on httptools; ``aiohttp``; ``httpx``);
 which one a deployment uses is chosen at publication (``httpClient`` in ``llm-router.yml``), with
 numbers in docs/benchmarks.md.
+
+A deployment whose provider authenticates each request (Bedrock's SigV4) gives its transport a
+``Signer``: called per request with the method, the exact URL sent and the headers sent, its
+headers are added to that request alone, after the static credential headers.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from tollway.transport.sigv4 import Signer
 from tollway.wire import UpstreamRequest
 
 if TYPE_CHECKING:
@@ -20,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_ERROR_BODY",
     "ConnectTiming",
+    "Signer",
     "Transport",
     "TransportFactory",
     "TransportSettings",
@@ -94,5 +100,14 @@ class TransportFactory(Protocol):
     instead of a socket; the gateway cannot tell the difference, as it only sees ``Transport``."""
 
     def __call__(
-        self, client: HttpClient, settings: TransportSettings, auth_headers: Mapping[str, str], /
-    ) -> Transport: ...
+        self,
+        client: HttpClient,
+        settings: TransportSettings,
+        auth_headers: Mapping[str, str],
+        /,
+        *,
+        signer: Signer | None = None,
+    ) -> Transport:
+        """``signer``, when given, signs every request (``tollway.transport.sigv4``); publication
+        passes it only to deployments that sign, so a factory for unsigned providers may omit it."""
+        ...

@@ -17,6 +17,8 @@ What it does, and nothing more:
   request adds only its ``content-length``. Header names and values are checked once, when
   rendered: a CR, LF or NUL is refused (no header injection). The credential headers are the
   deployment's; nothing in a request can change the host, the path's base or the credential.
+  A deployment with a ``Signer`` (SigV4) signs each request: the signer sees the URL and the
+  headers exactly as the cached head sends them, and its headers follow ``content-length``.
   ``accept-encoding: identity``; a ``gzip`` or ``deflate`` body is decoded all the same, any
   other content encoding fails as ``MALFORMED``.
 - **Responses.** httptools parses status, headers and body (content-length, chunked, or until
@@ -55,7 +57,7 @@ from typing import Any, Final
 import httptools
 
 from tollway.exceptions import UpstreamCategory, UpstreamError
-from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, TransportSettings, read_prefix
+from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, Signer, TransportSettings, read_prefix
 from tollway.wire import UpstreamRequest
 
 __all__ = ["H1Stream", "H1Transport"]
@@ -282,9 +284,27 @@ def _check_header(name: str, value: str) -> tuple[str, str]:
     return name, value
 
 
+class _Head:
+    """A rendered request head up to ``content-length: ``, and what a signer must see of it."""
+
+    __slots__ = ("headers", "path", "prefix", "sent", "url")
+
+    def __init__(self, headers: Mapping[str, str], path: str, prefix: bytes, url: str, sent: dict[str, str]) -> None:
+        self.headers = headers
+        """The request's header mapping, held so that its ``id`` stays unique while cached."""
+        self.path = path
+        self.prefix = prefix
+        self.url = url
+        self.sent = sent
+        """The headers the head carries besides ``host`` and the transport's own."""
+
+
 class H1Transport:
-    def __init__(self, settings: TransportSettings, auth_headers: Mapping[str, str]) -> None:
+    def __init__(
+        self, settings: TransportSettings, auth_headers: Mapping[str, str], *, signer: Signer | None = None
+    ) -> None:
         self.settings = settings
+        self._signer = signer
         parts = urllib.parse.urlsplit(settings.base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("the h1 transport needs an http:// or https:// base URL with a host")
@@ -295,8 +315,9 @@ class H1Transport:
         host = f"[{self._host}]" if ":" in self._host else self._host
         self._authority = host if default_port else f"{host}:{self._port}"
         self._base_path = parts.path.rstrip("/") + "/"
+        self._origin = f"{parts.scheme}://{self._authority}"
         self._auth = [_check_header(k, v) for k, v in auth_headers.items()]
-        self._heads: dict[int, tuple[object, str, bytes]] = {}
+        self._heads: dict[int, _Head] = {}
         self._ssl: ssl.SSLContext | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: list[_Connection] = []
@@ -313,32 +334,37 @@ class H1Transport:
     # request heads
     def _head(self, req: UpstreamRequest) -> bytes:
         headers = req.headers
-        cached = self._heads.get(id(headers))
-        if cached is not None and cached[0] is headers and cached[1] == req.path:
-            prefix = cached[2]
-        else:
-            prefix = self._render(req.path, headers)
+        head = self._heads.get(id(headers))
+        if head is None or head.headers is not headers or head.path != req.path:
+            head = self._render(req.path, headers)
             if len(self._heads) >= _HEAD_CACHE_MAX:
                 self._heads.clear()
-            self._heads[id(headers)] = (headers, req.path, prefix)  # holds ``headers``: its id stays unique
-        return prefix + b"%d\r\n\r\n" % len(req.body)
+            self._heads[id(headers)] = head
+        if self._signer is None:
+            return head.prefix + b"%d\r\n\r\n" % len(req.body)
+        signed = self._signer("POST", head.url, head.sent, req.body)
+        lines = "".join("{}: {}\r\n".format(*_check_header(name, value)) for name, value in signed.items())
+        return head.prefix + b"%d\r\n" % len(req.body) + lines.encode("latin-1") + b"\r\n"
 
-    def _render(self, path: str, headers: Mapping[str, str]) -> bytes:
+    def _render(self, path: str, headers: Mapping[str, str]) -> _Head:
         target = self._base_path + path.lstrip("/")
         if _FORBIDDEN.intersection(target) or " " in target:
             raise ValueError("the request path has a character HTTP/1.1 does not allow")
         fixed = {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
         auth_names = {k.lower() for k, _ in self._auth}
         lines = [f"POST {target} HTTP/1.1", f"host: {self._authority}", "accept-encoding: identity"]
+        sent: dict[str, str] = {}
         for name, value in headers.items():
             lower = name.lower()
             if lower in fixed or lower in auth_names:
                 continue  # the transport's own, or the credential: a request cannot set them
             checked, text = _check_header(name, value)
             lines.append(f"{checked}: {text}")
+            sent[checked] = text
         lines += [f"{name}: {value}" for name, value in self._auth]
+        sent.update(self._auth)
         lines.append("content-length: ")
-        return "\r\n".join(lines).encode("latin-1")
+        return _Head(headers, path, "\r\n".join(lines).encode("latin-1"), self._origin + target, sent)
 
     # the pool
     def _bind(self) -> asyncio.AbstractEventLoop:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from tollway.exceptions import UpstreamCategory, UpstreamError
-from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, TransportSettings, read_prefix
+from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, Signer, TransportSettings, read_prefix
 from tollway.wire import UpstreamRequest
 
 __all__ = ["ProviderTransport", "UpstreamResponse", "map_http_error"]
@@ -76,8 +76,11 @@ def map_http_error(exc: BaseException) -> UpstreamError:
 
 
 class ProviderTransport:
-    def __init__(self, settings: TransportSettings, auth_headers: Mapping[str, str]) -> None:
+    def __init__(
+        self, settings: TransportSettings, auth_headers: Mapping[str, str], *, signer: Signer | None = None
+    ) -> None:
         self.settings = settings
+        self._signer = signer
         base = settings.base_url.rstrip("/") + "/"
         self._base = base
         self._urls: dict[str, str] = {}
@@ -113,10 +116,24 @@ class ProviderTransport:
             self._urls[path] = url
         return url
 
-    def _headers(self, req: UpstreamRequest) -> dict[str, str]:
+    def _headers(self, req: UpstreamRequest, url: str) -> dict[str, str]:
         headers = dict(req.headers)
         headers.update(self._auth)
+        if self._signer is not None:
+            headers.update(self._signer("POST", url, headers, req.body))
         return headers
+
+    def _build(self, req: UpstreamRequest, timeout: httpx.Timeout, timing: ConnectTiming | None) -> httpx.Request:
+        """httpx keeps a URL's percent-escapes as given, so the path sent is the path signed."""
+        url = self._url(req.path)
+        return self._client.build_request(
+            "POST",
+            url,
+            content=req.body,
+            headers=self._headers(req, url),
+            timeout=timeout,
+            extensions=self._extensions(timing),
+        )
 
     def _extensions(self, timing: ConnectTiming | None) -> dict[str, Any] | None:
         if timing is None or not self.settings.trace_connect:
@@ -126,14 +143,7 @@ class ProviderTransport:
     async def send(self, req: UpstreamRequest, timing: ConnectTiming | None = None) -> tuple[int, httpx.Headers, bytes]:
         """POST a buffered request; the caller bounds the whole call by its deadline."""
         try:
-            request = self._client.build_request(
-                "POST",
-                self._url(req.path),
-                content=req.body,
-                headers=self._headers(req),
-                timeout=self._buffered_timeout,
-                extensions=self._extensions(timing),
-            )
+            request = self._build(req, self._buffered_timeout, timing)
             resp = await self._client.send(request)
         except httpx.HTTPError as exc:
             raise map_http_error(exc) from None
@@ -146,14 +156,7 @@ class ProviderTransport:
         self, req: UpstreamRequest, timing: ConnectTiming | None = None
     ) -> AsyncIterator[UpstreamResponse]:
         """Open a streamed POST; leaving the context closes (and so cancels) the upstream call."""
-        request = self._client.build_request(
-            "POST",
-            self._url(req.path),
-            content=req.body,
-            headers=self._headers(req),
-            timeout=self._stream_timeout,
-            extensions=self._extensions(timing),
-        )
+        request = self._build(req, self._stream_timeout, timing)
         try:
             response = await self._client.send(request, stream=True)
         except httpx.HTTPError as exc:

@@ -237,3 +237,31 @@ def test_list_and_show_a_request_rejected_before_admission(store: MemoryAuditSto
     assert "INCOMPLETE" not in text
     doc = json.loads(raw)
     assert (doc["incomplete"], doc["request"]["rejected"], doc["request"]["status"]) == (False, True, 429)
+
+
+def test_show_prints_the_content_reference_and_its_deletion_never_content() -> None:
+    from tollway.audit.events import content_deleted, content_stored
+
+    store = MemoryAuditStore()
+    store.apply(retried_request("r-done"))
+    ref = {
+        "bucket": "b",
+        "key": "content/standard/acme/2026/12/02/r-done.json.enc",
+        "digest": "ab" * 32,
+        "size": 321,
+        "keyRef": "alias/tollway-content",
+        "retentionClass": "standard",
+        "mode": "tokenized-content",
+        "mediaType": "application/vnd.tollway.content+json",
+        "purposes": ["audit", "evaluation"],
+    }
+    store.apply([content_stored(request_id="r-done", root_digest="d" * 64, ref=ref)])
+    code, text = run(store, "show", "r-done")
+    assert code == 0
+    assert "stored s3://b/content/standard/acme/2026/12/02/r-done.json.enc" in text
+    assert "retention standard" in text and "purposes audit,evaluation" in text
+    store.apply(
+        [content_deleted(request_id="r-done", root_digest="d" * 64, deleted_by="dana", reason="dsr", existed=True)]
+    )
+    code, text = run(store, "show", "r-done")
+    assert "content deleted" in text and "by dana" in text and "reason dsr" in text and "existed yes" in text

@@ -6,6 +6,8 @@ import tollway.providers as providers
 from tollway.providers import (
     FORMAT_CAPABILITIES,
     AnthropicMessagesCodec,
+    BedrockConverseCodec,
+    GeminiCodec,
     OpenAIChatCodec,
     ProviderFormat,
     codec_for,
@@ -14,7 +16,12 @@ from tollway.providers import (
 
 @pytest.mark.parametrize(
     ("fmt", "cls"),
-    [(ProviderFormat.OPENAI_CHAT, OpenAIChatCodec), (ProviderFormat.ANTHROPIC_MESSAGES, AnthropicMessagesCodec)],
+    [
+        (ProviderFormat.OPENAI_CHAT, OpenAIChatCodec),
+        (ProviderFormat.ANTHROPIC_MESSAGES, AnthropicMessagesCodec),
+        (ProviderFormat.GEMINI, GeminiCodec),
+        (ProviderFormat.BEDROCK_CONVERSE, BedrockConverseCodec),
+    ],
 )
 def test_codec_for_returns_one_shared_codec_of_the_format(fmt: ProviderFormat, cls: type) -> None:
     codec = codec_for(fmt)
@@ -38,11 +45,25 @@ def test_capabilities_say_what_each_format_can_carry() -> None:
         "json_schema",
     }
     assert FORMAT_CAPABILITIES[ProviderFormat.ANTHROPIC_MESSAGES] == {"streaming", "tools", "vision"}
+    assert FORMAT_CAPABILITIES[ProviderFormat.BEDROCK_CONVERSE] == {"streaming", "tools", "vision"}
+
+
+def test_each_codec_names_the_framing_of_its_streams() -> None:
+    framings = {fmt: codec_for(fmt).framing for fmt in ProviderFormat}
+    assert framings == {
+        ProviderFormat.OPENAI_CHAT: "sse",
+        ProviderFormat.ANTHROPIC_MESSAGES: "sse",
+        ProviderFormat.GEMINI: "sse",
+        ProviderFormat.BEDROCK_CONVERSE: "eventstream",
+    }
 
 
 def test_public_names_are_exported() -> None:
     assert set(providers.__all__) >= {
         "AnthropicMessagesCodec",
+        "AnyCodec",
+        "BedrockConverseCodec",
+        "EventStreamCodec",
         "FORMAT_CAPABILITIES",
         "OpenAIChatCodec",
         "ProviderCodec",

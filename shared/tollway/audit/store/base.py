@@ -1,8 +1,8 @@
-"""What every audit store offers: apply queue batches idempotently, read a request, list requests."""
+"""What every audit store offers: apply queue batches idempotently, read a request, list and scan requests."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -45,6 +45,15 @@ class AuditStore(Protocol):
 
     def list_requests(self, since_ms: int, principal_id: str | None = None, limit: int = 50) -> list[RequestRecord]:
         """Admitted or rejected requests with ``ts >= since_ms``, newest first, at most ``limit``."""
+        ...
+
+    def scan_requests(self, since_ms: int, until_ms: int) -> Iterator[RequestRecord]:
+        """Every admitted or rejected request with ``since_ms <= ts < until_ms``, in no promised order.
+
+        The dataset export's reader (``tollway.export``): it walks a whole time range, so it is lazy
+        and unbounded in count (bounded in pages by the backend), and the caller sorts what it keeps.
+        A request whose opening event is not stored yet has no ``ts`` and is not found.
+        """
         ...
 
 

@@ -35,7 +35,7 @@ comes from :func:`tollway.aws.client`, shared with every audit store of the same
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any, Final
@@ -324,3 +324,26 @@ class DynamoDBAuditStore:
             items = self._pages("Scan", request)
             found = sorted(items, key=lambda i: (str(i.get("ts", "")), str(i.get("pk", ""))), reverse=True)[:limit]
         return [request_record(i) for i in found]
+
+    def scan_requests(self, since_ms: int, until_ms: int) -> Iterator[RequestRecord]:
+        """A paged Scan of the table, filtered to ``REQUEST`` items with ``ts`` in ``[since_ms, until_ms)``.
+
+        The filter runs after the read, so this reads (and pays for) the whole table, at most
+        ``_MAX_PAGES`` pages of 1 MB: fine for the export of a test or small stage, not for a
+        production table, which would give the export a time index (a GSI on a day bucket and
+        ``ts``) and Query it day by day. Items come lazily, in the table's order.
+        """
+        if until_ms <= since_ms:
+            return
+        request = {
+            "FilterExpression": "sk = :request AND #ts BETWEEN :since AND :last",
+            "ExpressionAttributeNames": {"#ts": "ts"},
+            "ExpressionAttributeValues": {
+                ":request": {"S": REQUEST_SK},
+                ":since": {"S": iso_ts(max(0, since_ms))},
+                ":last": {"S": iso_ts(max(0, until_ms - 1))},
+            },
+            "ConsistentRead": True,
+        }
+        for item in self._pages("Scan", request):
+            yield request_record(item)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tollway.audit.events import AuditEvent
@@ -81,3 +81,15 @@ class MemoryAuditStore:
             ]
         found.sort(key=lambda i: (i["ts"], i["pk"]), reverse=True)
         return [request_record(i) for i in found[:limit]]
+
+    def scan_requests(self, since_ms: int, until_ms: int) -> Iterator[RequestRecord]:
+        """The requests in ``[since_ms, until_ms)``, by ``ts`` then request id (a snapshot taken at the call)."""
+        since, until = iso_ts(max(0, since_ms)), iso_ts(max(0, until_ms))
+        with self._lock:
+            found = [
+                copy.deepcopy(item)
+                for (_, sk), item in self.items.items()
+                if sk == REQUEST_SK and isinstance(item.get("ts"), str) and since <= item["ts"] < until
+            ]
+        found.sort(key=lambda i: (i["ts"], i["pk"]))
+        return iter([request_record(i) for i in found])

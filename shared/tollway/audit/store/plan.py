@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import orjson
+
 from tollway.audit.events import KNOWN_KINDS, AuditEvent
 from tollway.audit.store.base import ApplyResult
 from tollway.audit.store.errors import MalformedEvent
@@ -193,6 +195,8 @@ def plan_event(event: AuditEvent, retention_s: int) -> EventWrite | None:
             "expiresAt": expires,
         }
         return EventWrite(pk, REQUEST_SK, event.event_id, {"rejectedAt": event.ts_ms}, common | shared, opens=True)
+    if event.kind in _REQUEST_LEVEL:
+        return _request_level(event, pk, common, expires)
     if event.attempt is None or not 1 <= event.attempt <= MAX_ATTEMPT:
         raise MalformedEvent(f"{where}: attempt must be 1-{MAX_ATTEMPT}")
     sk = f"{ATTEMPT_SK_PREFIX}{event.attempt:04d}"
@@ -209,6 +213,84 @@ def plan_event(event: AuditEvent, retention_s: int) -> EventWrite | None:
     return EventWrite(
         pk, sk, event.event_id, owned, common | route | {"rootDigest": event.root_digest, "expiresAt": expires}
     )
+
+
+_REQUEST_LEVEL: Final = frozenset({"content_stored", "content_dropped", "content_deleted", "export_finished"})
+_REF_FIELDS: Final = {
+    "bucket": str,
+    "key": str,
+    "digest": str,
+    "size": int,
+    "keyRef": str,
+    "retentionClass": str,
+    "mode": str,
+    "mediaType": str,
+    "purposes": list,
+}
+_MAX_REF_CHARS: Final = 1024
+
+
+def _content_ref(value: object) -> bool:
+    """A content reference: exactly its fields, short strings and a size (no content could hide in it)."""
+    optional = {"mediaType", "purposes"}
+    if not isinstance(value, dict) or set(value) - set(_REF_FIELDS) or set(_REF_FIELDS) - set(value) - optional:
+        return False
+    purposes = value.get("purposes", [])
+    if (
+        not isinstance(purposes, list)
+        or len(purposes) > 8
+        or not all(isinstance(p, str) and len(p) <= 32 for p in purposes)
+    ):
+        return False
+    return all(
+        isinstance(v, _REF_FIELDS[k])
+        and not isinstance(v, bool)
+        and (not isinstance(v, str) or len(v) <= _MAX_REF_CHARS)
+        for k, v in value.items()
+    )
+
+
+def _short_strings(event: AuditEvent, *names: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in names:
+        value = event.body.get(name)
+        if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_CHARS:
+            raise MalformedEvent(f"{event.kind} event {event.event_id}: body field {name!r} is not a short string")
+        out[name] = value
+    return out
+
+
+def _request_level(event: AuditEvent, pk: str, common: dict[str, Any], expires: int) -> EventWrite:
+    """The content and export kinds: attributes of the request item they name."""
+    where = f"{event.kind} event {event.event_id}"
+    if event.kind == "content_stored":
+        ref = event.body.get("content")
+        if not _content_ref(ref):
+            raise MalformedEvent(f"{where}: body field 'content' is not a content reference")
+        owned = {"content": copy.deepcopy(ref), "contentStoredAt": event.ts_ms}
+    elif event.kind == "content_dropped":
+        owned = {"contentDropped": _short_strings(event, "mode", "reason"), "contentDroppedAt": event.ts_ms}
+    elif event.kind == "content_deleted":
+        evidence = _short_strings(event, "deletedBy", "reason")
+        existed = event.body.get("existed")
+        if not isinstance(existed, bool):
+            raise MalformedEvent(f"{where}: body field 'existed' is not a bool")
+        owned = {"contentDeleted": evidence | {"existed": existed}, "contentDeletedAt": event.ts_ms}
+    else:  # export_finished: the export job's own record
+        manifest = event.body.get("manifest")
+        if not isinstance(manifest, dict) or len(orjson.dumps(manifest)) > 8192:
+            raise MalformedEvent(f"{where}: body field 'manifest' is not a small object")
+        owned = _short_strings(event, "requestedBy", "approvedBy", "purpose") | {
+            "principalId": event.body["requestedBy"],
+            "operation": "dataset.export",
+            "exportManifest": copy.deepcopy(manifest),
+            "admittedAt": event.ts_ms,
+            "finishedAt": event.ts_ms,
+            "ts": iso_ts(event.ts_ms),
+            "outcome": "exported",
+        }
+        return EventWrite(pk, REQUEST_SK, event.event_id, owned, common | {"expiresAt": expires}, opens=True)
+    return EventWrite(pk, REQUEST_SK, event.event_id, owned, common)
 
 
 def merge(events: Iterable[EventWrite]) -> tuple[dict[str, Any], dict[str, Any]]:

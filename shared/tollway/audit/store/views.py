@@ -84,6 +84,15 @@ class RequestRecord:
     expires_at: int | None = None
     rejected_at_ms: int | None = None
     """When its ``request_rejected`` was appended: answered 4xx before admission."""
+    content: dict[str, Any] | None = None
+    """The reference to its captured content (``tollway.content.ContentRef.to_body()``), if stored."""
+    content_dropped: dict[str, Any] | None = None
+    """``{"mode", "reason"}`` when its content was to be captured but was not."""
+    content_deleted: dict[str, Any] | None = None
+    """Deletion evidence: ``{"deletedBy", "reason", "existed"}``; ``content_deleted_at_ms`` says when."""
+    content_deleted_at_ms: int | None = None
+    export_manifest: dict[str, Any] | None = None
+    """For an export job's record (``operation: dataset.export``): its manifest's summary."""
 
     @property
     def rejected(self) -> bool:
@@ -145,12 +154,19 @@ def _pii(item: Mapping[str, Any]) -> dict[str, Any] | None:
     return {str(k): _plain(v) for k, v in value.items()}
 
 
+def _map(item: Mapping[str, Any], key: str) -> dict[str, Any] | None:
+    value = item.get(key)
+    return _plain(value) if isinstance(value, dict) else None
+
+
 def _plain(value: Any) -> Any:
     """DynamoDB's numbers are ``Decimal``s: the manifest's counts come back as ints."""
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
     if isinstance(value, Decimal):
-        return int(value)
+        return int(value) if value == value.to_integral_value() else float(value)
     return value
 
 
@@ -186,6 +202,11 @@ def request_record(item: Mapping[str, Any], request_id: str | None = None) -> Re
         pii=_pii(item),
         expires_at=_int(item, "expiresAt"),
         rejected_at_ms=_int(item, "rejectedAt"),
+        content=_map(item, "content"),
+        content_dropped=_map(item, "contentDropped"),
+        content_deleted=_map(item, "contentDeleted"),
+        content_deleted_at_ms=_int(item, "contentDeletedAt"),
+        export_manifest=_map(item, "exportManifest"),
     )
 
 

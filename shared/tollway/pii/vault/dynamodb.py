@@ -44,13 +44,11 @@ naming the table or key, the operation and the error code, never a request value
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -124,10 +122,6 @@ class DynamoDBVaultSettings(BaseModel):
         )
 
 
-class _Closed(Exception):
-    pass
-
-
 class DynamoDBPiiVault:
     """The vault. ``dynamodb`` and ``kms`` (botocore clients) are for tests; otherwise both are
     built on first use. ``clock`` (epoch seconds) stamps ``createdAt`` and ``revokedAt``."""
@@ -142,14 +136,17 @@ class DynamoDBPiiVault:
     ) -> None:
         self.settings = settings
         self.table = settings.table
-        self._clients: dict[str, Any] = {}
-        if dynamodb is not None:
-            self._clients["dynamodb"] = dynamodb
-        if kms is not None:
-            self._clients["kms"] = kms
+        self._aws = aws.ThreadedClients(
+            threads=settings.threads,
+            thread_name="tollway-pii-vault",
+            region=settings.region,
+            endpoint=settings.endpoint,
+            connect_timeout_s=settings.connect_timeout_s,
+            read_timeout_s=settings.read_timeout_s,
+            retries=settings.max_attempts - 1,
+            clients={name: c for name, c in (("dynamodb", dynamodb), ("kms", kms)) if c is not None},
+        )
         self._clock = clock
-        self._executor: ThreadPoolExecutor | None = None
-        self._closed = False
         self._envelope = Envelope(_KmsDataKeys(self), settings.key_cache_policy())
         self.integrity_failures = 0
         """Items refused because they failed a check a valid item passes (tampering, corruption)."""
@@ -163,43 +160,18 @@ class DynamoDBPiiVault:
 
     # ------------------------------------------------------------ calls
 
-    def _pool(self) -> ThreadPoolExecutor:
-        if self._closed:
-            raise _Closed
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.settings.threads, thread_name_prefix="tollway-pii-vault")
-        return self._executor
-
     def _client(self, service: str) -> Any:
-        found = self._clients.get(service)
-        if found is None:
-            s = self.settings
-            found = self._clients[service] = aws.client(
-                service,
-                region=s.region,
-                endpoint=s.endpoint,
-                connect_timeout_s=s.connect_timeout_s,
-                read_timeout_s=s.read_timeout_s,
-                retries=s.max_attempts - 1,
-            )
-        return found
+        return self._aws.client(service)
 
     def _call_sync(self, service: str, operation: str, request: dict[str, Any]) -> dict[str, Any]:
-        response: dict[str, Any] = getattr(self._client(service), operation)(**request)
-        return response
+        return self._aws.call(service, operation, request)
 
     async def _call(self, service: str, operation: str, request: dict[str, Any]) -> dict[str, Any]:
         """One call in the vault's threads; botocore's errors propagate (the caller maps them)."""
-        loop = asyncio.get_running_loop()
-        closed = VaultUnavailable(f"pii vault {self._where(service)}: {operation} failed: closed")
         try:
-            return await loop.run_in_executor(self._pool(), self._call_sync, service, operation, request)
-        except _Closed:
-            raise closed from None
-        except RuntimeError:
-            if self._closed:  # the pool was shut down while the call waited for it
-                raise closed from None
-            raise
+            return await self._aws.run(self._aws.call, service, operation, request)
+        except aws.ClientsClosed:
+            raise VaultUnavailable(f"pii vault {self._where(service)}: {operation} failed: closed") from None
 
     def _where(self, service: str) -> str:
         return f"table {self.table}" if service == "dynamodb" else "kms key"
@@ -209,13 +181,11 @@ class DynamoDBPiiVault:
 
     async def warm(self) -> None:
         """Build both clients now, off the request path (loading a botocore model holds the GIL)."""
-        loop = asyncio.get_running_loop()
         for service in ("dynamodb", "kms"):
             try:
-                pool = self._pool()
-            except _Closed:
+                await self._aws.run(self._aws.client, service)
+            except aws.ClientsClosed:
                 raise VaultUnavailable("pii vault: warm failed: closed") from None
-            await loop.run_in_executor(pool, self._client, service)
 
     # ------------------------------------------------------------ KMS
 
@@ -366,10 +336,8 @@ class DynamoDBPiiVault:
             raise self._unavailable("dynamodb", "UpdateItem", exc) from None
 
     async def aclose(self) -> None:
-        self._closed = True
+        self._aws.close()
         self._envelope.forget()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 class _KmsDataKeys:

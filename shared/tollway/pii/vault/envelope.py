@@ -28,6 +28,10 @@ unwraps what it needs through KMS.
 
 The KMS calls are behind :class:`DataKeySource`, so this module does no I/O itself and unit
 tests count the calls. ``cryptography`` is imported when the first key is used.
+
+The envelope knows nothing of the vault but its default error: the captured-content store
+(``tollway.content.s3``) seals objects with it too, passing its own ``unavailable`` error and its
+own associated data.
 """
 
 from __future__ import annotations
@@ -114,13 +118,17 @@ def associated_data(*, token_id: str, binding: bytes, kind: str, tenant: str, sc
     return b"".join(len(part).to_bytes(4, "big") + part for part in parts)
 
 
-def _aead(key: bytes) -> AESGCM:
+def _vault_unavailable(detail: str) -> Exception:
+    return VaultUnavailable(f"pii vault: {detail}")
+
+
+def _aead(key: bytes, unavailable: Callable[[str], Exception] = _vault_unavailable) -> AESGCM:
     try:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     except ImportError:  # pragma: no cover - a broken install
-        raise VaultUnavailable("pii vault: the cryptography package is not installed") from None
+        raise unavailable("the cryptography package is not installed") from None
     if len(key) != DATA_KEY_BYTES:
-        raise VaultUnavailable(f"pii vault: KMS returned a data key of {len(key)} bytes, not {DATA_KEY_BYTES}")
+        raise unavailable(f"KMS returned a data key of {len(key)} bytes, not {DATA_KEY_BYTES}")
     return AESGCM(key)
 
 
@@ -138,7 +146,11 @@ _CacheKey = tuple[str, bytes]
 
 
 class Envelope:
-    """Seals and opens values with cached data keys; one per vault (and event loop)."""
+    """Seals and opens values with cached data keys; one per vault (and event loop).
+
+    ``unavailable`` makes the error raised when a data key is unusable (a broken install, a key of
+    the wrong size) from a message naming no key material; :class:`VaultUnavailable` by default.
+    """
 
     def __init__(
         self,
@@ -146,8 +158,10 @@ class Envelope:
         policy: KeyCachePolicy | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        unavailable: Callable[[str], Exception] = _vault_unavailable,
     ) -> None:
         self._source = source
+        self._unavailable = unavailable
         self.policy = policy or KeyCachePolicy()
         self._clock = clock
         self._current: _DataKey | None = None
@@ -171,7 +185,7 @@ class Envelope:
                 key = self._current
                 if key is None or not self._usable(key):
                     plaintext, wrapped, key_id = await self._source.generate()
-                    fresh = _DataKey(_aead(plaintext), key_id, wrapped, self._clock())
+                    fresh = _DataKey(_aead(plaintext, self._unavailable), key_id, wrapped, self._clock())
                     del plaintext
                     self._current = fresh
                     self._remember((key_id, wrapped), fresh.aead)
@@ -238,7 +252,7 @@ class Envelope:
         plaintext = await self._source.unwrap(wrapped, key_id)
         if plaintext is None:
             return None
-        aead = _aead(plaintext)
+        aead = _aead(plaintext, self._unavailable)
         del plaintext
         self._remember(cache_key, aead)
         return aead

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from types import MappingProxyType
-from typing import ClassVar
+from typing import ClassVar, Literal
 from urllib.parse import quote
 
 import orjson
@@ -53,6 +53,7 @@ class GeminiCodec:
     ``https://generativelanguage.googleapis.com``; the transport adds the ``x-goog-api-key``."""
 
     format: ClassVar[ProviderFormat] = ProviderFormat.GEMINI
+    framing: ClassVar[Literal["sse"]] = "sse"
 
     def encode_request(self, req: CanonicalRequest, target: Target) -> UpstreamRequest:
         body = orjson.dumps(encode_body(req))
