@@ -51,6 +51,7 @@ from tollway.export import (
     SqsExportAudit,
     decode_message,
     run_export,
+    status_publisher,
 )
 from tollway.sqs_batch import SqsHandler, sqs_batch_handler
 from tollway.telemetry.emf import NAMESPACE, metrics_environment
@@ -134,6 +135,16 @@ def _progress(event: ExportProgress) -> None:
     log.info("export %s: %s (%d record(s), %d shard(s))", event.export_id, event.phase, event.records, event.shards)
 
 
+def _both(*callbacks: Callable[[ExportProgress], None]) -> Callable[[ExportProgress], None]:
+    """Log each step, and keep the run's status object current for ``tollway export create``."""
+
+    def each(event: ExportProgress) -> None:
+        for callback in callbacks:
+            callback(event)
+
+    return each
+
+
 async def _run(deps: ExportDeps, body: str) -> ExportResult:
     request = decode_message(body)
     store = deps.content()
@@ -144,7 +155,7 @@ async def _run(deps: ExportDeps, body: str) -> ExportResult:
             store,
             deps.sink,
             audit=deps.audit,
-            progress=_progress,
+            progress=_both(_progress, status_publisher(deps.sink)),
             retention_days=deps.retention_days,
             fetch_concurrency=deps.fetch_concurrency,
         )

@@ -231,6 +231,15 @@ def preflight(config_path: str, *, env_secrets_only: bool = False) -> None:
         except ConfigError as exc:
             problem = f"secret {ref} is not set or empty" if ref.startswith("env:") else exc.issues[0].message
             _fail(f"{problem} ({path})")
+    for pid, provider in cfg.providers.items():
+        if provider.type == "bedrock" and provider.authMode != "none":
+            # Bedrock signs with the gateway's own AWS credentials: none found is the same crash loop.
+            from tollway.transport.sigv4 import botocore_credentials
+
+            try:
+                botocore_credentials(provider.awsProfile, path=f"providers.{pid}")
+            except ConfigError as exc:
+                _fail(f"{exc.issues[0].message} ({exc.issues[0].path})")
 
 
 def _start_audit_shipper(config_path: str, workers: int) -> subprocess.Popen[bytes] | None:
@@ -558,14 +567,23 @@ def _local_content_store(stage: str) -> None:
         os.environ.setdefault(name, names[name])
 
 
-def _local_cloud_environment(endpoint: str, stage: str) -> None:
-    """Point the gateway (and what later issues add to it) at the local cloud, never at AWS."""
-    os.environ["AWS_ENDPOINT_URL"] = endpoint
-    # Dummy credentials, as tollway.cloud.local gives its children, overriding any real ones: real
-    # credentials are never sent to an emulator. (tollway.cloud is not imported here: it is not
-    # shipped in the Lambda core layer, and this module is.)
+def _dummy_aws_credentials() -> None:
+    """Give the gateway dummy AWS credentials, with or without the local cloud, overriding any real ones.
+
+    Everything ``up`` starts is local: the demo's Bedrock alias signs each request (SigV4) to the
+    bundled mock, and the local cloud is an emulator. Bedrock needs some credentials to sign with,
+    even against the mock, and real ones must never sign a request to either. These are the ones
+    ``tollway.cloud.local`` gives its children (not imported here: ``tollway.cloud`` is not shipped
+    in the Lambda core layer, and this module is). ``serve`` keeps the environment it is given.
+    """
     os.environ.update({"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"})
     os.environ.pop("AWS_SESSION_TOKEN", None)
+
+
+def _local_cloud_environment(endpoint: str, stage: str) -> None:
+    """Point the gateway (and what later issues add to it) at the local cloud, never at AWS (whose
+    credentials :func:`_dummy_aws_credentials` has already replaced)."""
+    os.environ["AWS_ENDPOINT_URL"] = endpoint
     os.environ.setdefault("AWS_DEFAULT_REGION", _LOCAL_REGION)
     # The audit trail ships to the local cloud's audit queue (the bundled example reads these; the
     # name is the spec's, see tests/unit/test_cli.py).
@@ -607,6 +625,7 @@ def up(args: argparse.Namespace) -> None:
         args.host, args.port, args.mock_port, None if args.no_cloud or external else args.cloud_port
     )
     os.environ.setdefault("TOLLWAY_MOCK_URL", f"http://127.0.0.1:{mock_port}")
+    _dummy_aws_credentials()
     cloud_line = "  cloud    : off (--no-cloud)"
     if not args.no_cloud:
         _local_cloud_environment(external or f"http://127.0.0.1:{cloud_port}", args.stage)
@@ -636,7 +655,8 @@ def up(args: argparse.Namespace) -> None:
                     f"  demo key : {demo_key}",
                     cloud_line,
                     f"  metrics  : {base.removesuffix('/v1')}/metrics (Prometheus; docs/observability.md)",
-                    "  models   : chat-fast-v1 (OpenAI-format mock), chat-claude-v1 (Anthropic-format mock),",
+                    "  models   : chat-fast-v1 (OpenAI Chat Completions), chat-claude-v1 (Anthropic Messages),",
+                    "             chat-gemini-v1 (Gemini), chat-bedrock-v1 (Bedrock Converse), each on its mock,",
                     "             chat-pii-v1 (PII tokenized before the mock sees it), embed-small-v1 (embeddings)",
                     "",
                     "  from openai import OpenAI",
@@ -864,7 +884,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tollway.export.commands import content_main, export_main
 
         run = export_main if argv[0] == "export" else content_main
-        if any(a in ("-h", "--help") for a in argv[1:2]) or len(argv) == 1:
+        if any(a in ("-h", "--help") for a in argv[1:]) or len(argv) == 1:
             return run(argv[1:], {})
         os.environ.update(cloud_environ())  # this process's AWS clients (credentials, endpoint) read it
         return run(argv[1:], os.environ)

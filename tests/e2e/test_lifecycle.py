@@ -10,10 +10,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
 import yaml
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.e2e.conftest import PROVIDER_KEY_ENV, build_config
 from tests.support.processes import ROOT, Gateway, Proc, new_key, start_gateway, wait_healthy
@@ -69,6 +71,25 @@ def _sdk_round_trip(base: str, key: str) -> None:
         assert any(c.choices and c.choices[0].delta.content for c in chunks)
 
 
+def _gemini_and_bedrock_round_trip(base: str, key: str) -> None:
+    """The demo's Gemini and Bedrock Converse aliases, through the official SDKs, buffered and streamed
+    (Bedrock's requests SigV4-signed with the dummy credentials ``up`` gives the gateway)."""
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
+    with openai.OpenAI(base_url=base, api_key=key, max_retries=0) as sdk:
+        for model in ("chat-gemini-v1", "chat-bedrock-v1"):
+            resp = sdk.chat.completions.create(model=model, messages=messages)
+            assert resp.model == model and resp.choices[0].message.content, resp
+            assert resp.usage is not None and resp.usage.completion_tokens > 0, resp
+            chunks = list(sdk.chat.completions.create(model=model, messages=messages, stream=True))
+            assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), chunks
+            assert any(c.choices and c.choices[0].finish_reason == "stop" for c in chunks), chunks
+    with anthropic.Anthropic(base_url=base.removesuffix("/v1"), api_key=key, max_retries=0) as client:
+        message = client.messages.create(
+            model="chat-bedrock-v1", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert message.stop_reason == "end_turn" and message.content[0].type == "text" and message.content[0].text, message
+
+
 def test_up_prints_base_url_and_demo_key_that_work(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TOLLWAY_DEMO_KEY"}
     log = (tmp_path / "up.log").open("w")
@@ -87,6 +108,7 @@ def test_up_prints_base_url_and_demo_key_that_work(tmp_path: Path) -> None:
         assert key.startswith("tw-demo-") and len(key) > 20
         assert lines["cloud"].startswith("off")
         _sdk_round_trip(base, key)
+        _gemini_and_bedrock_round_trip(base, key)
     finally:
         _stop_up(proc)
         log.close()

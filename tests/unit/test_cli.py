@@ -229,6 +229,73 @@ def test_two_flags_on_one_port_are_refused(isolated: list[list[str]], capsys: py
     ]
 
 
+@pytest.mark.parametrize("mode", [["--no-cloud"], ["--cloud-port", "0"]])
+def test_up_gives_the_gateway_dummy_aws_credentials_never_the_callers(
+    mode: list[str], isolated: list[list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's Bedrock alias signs its requests to the mock: with or without the local cloud,
+    the caller's own AWS credentials never reach the gateway that ``up`` starts."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIA-caller-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "caller-secret")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "caller-token")
+    gateway_env: dict[str, str] = {}
+
+    def stop_at_the_mock(port: int) -> None:
+        gateway_env.update(os.environ)
+        raise SystemExit(3)
+
+    monkeypatch.setattr(cli, "_start_mock", stop_at_the_mock)
+
+    assert _run(["up", "--port", "0", *mode]) == 3
+    assert (gateway_env["AWS_ACCESS_KEY_ID"], gateway_env["AWS_SECRET_ACCESS_KEY"]) == ("test", "test")
+    assert "AWS_SESSION_TOKEN" not in gateway_env
+
+
+def test_serve_keeps_the_aws_credentials_it_is_given(
+    isolated: list[list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "AKIA-caller-key",
+        "AWS_SECRET_ACCESS_KEY": "caller-secret",
+        "AWS_SESSION_TOKEN": "caller-token",
+        "TOLLWAY_MOCK_URL": "http://127.0.0.1:9",
+        "TOLLWAY_MOCK_PROVIDER_KEY": "mock-provider-key",
+        "TOLLWAY_DEMO_KEY": "tw-demo-value",
+    }.items():
+        monkeypatch.setenv(name, value)
+    gateway_env: dict[str, str] = {}
+
+    def stop_at_listen(host: str, port: int, flag: str) -> None:
+        gateway_env.update(os.environ)
+        raise SystemExit(3)
+
+    monkeypatch.setattr(cli, "_listen", stop_at_listen)
+
+    assert _run(["serve", "--config", str(_config(tmp_path)), "--port", "0"]) == 3
+    assert gateway_env["AWS_ACCESS_KEY_ID"] == "AKIA-caller-key"
+    assert gateway_env["AWS_SESSION_TOKEN"] == "caller-token"
+
+
+def test_the_example_catalog_prices_every_route_of_the_example(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every alias of the demo has a known cost, whatever provider format serves it."""
+    from tollway.canonical import Usage
+    from tollway.config.governance import load_pricing_files, route_prices
+    from tollway.config.loader import load_config
+    from tollway.pricing import Cost, price
+
+    monkeypatch.setenv("TOLLWAY_MOCK_URL", "http://127.0.0.1:9")
+    cfg = load_config(EXAMPLE)
+    snapshot = load_pricing_files(cfg, EXAMPLE.parent)
+    assert snapshot is not None
+    routes = route_prices(cfg)
+    usage = Usage(prompt_tokens=1000, completion_tokens=100)
+
+    assert {route.provider for route in routes.values()} >= {"openai", "anthropic", "gemini", "bedrock"}
+    for route_id, route in routes.items():
+        cost = price(snapshot, route.provider, route.model, usage, account=route.account)
+        assert isinstance(cost, Cost) and cost.amount_micro_usd > 0, route_id
+
+
 def test_free_ports_are_chosen_distinct_and_a_cloud_elsewhere_needs_none() -> None:
     mock, cloud = cli.up_ports("127.0.0.1", 0, 0, 0)
     assert mock and cloud and mock != cloud
@@ -341,3 +408,24 @@ def test_audit_reads_the_local_cloud_of_up_without_aws_endpoint_url(
 
     assert (found.settings.endpoint, found.settings.table) == ("http://127.0.0.1:45666", "demo-audit")  # type: ignore[attr-defined]
     assert (explicit.settings.endpoint, explicit.settings.table) == ("http://127.0.0.1:4999", "other-audit")  # type: ignore[attr-defined]
+
+
+def test_serve_without_aws_credentials_for_a_bedrock_provider_fails_with_one_line(
+    isolated: list[list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TOLLWAY_MOCK_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("TOLLWAY_DEMO_KEY", "tw-demo-value")
+    monkeypatch.setenv("TOLLWAY_MOCK_PROVIDER_KEY", "sk-provider-value")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+    status = _run(["serve", "--config", str(_config(tmp_path)), "--port", "0"])
+
+    assert status == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "tollway: error: no AWS credentials found in the environment, shared files or instance role"
+        " (providers.mock-bedrock)"
+    ]

@@ -22,8 +22,8 @@ from tollway.export.errors import (
     ExportUnavailable,
     InvalidExportRequest,
 )
-from tollway.export.job import AuditReader, ExportProgress, ExportResult, run_export
-from tollway.export.manifest import MANIFEST_FORMAT, manifest_digest, manifest_key, verify_manifest
+from tollway.export.job import AuditReader, ExportProgress, ExportResult, run_export, status_publisher
+from tollway.export.manifest import MANIFEST_FORMAT, manifest_digest, manifest_key, status_key, verify_manifest
 from tollway.export.queue import ExportQueue, MemoryExportQueue, SqsExportQueue
 from tollway.export.request import ExportFilters, ExportRequest, Transformations, decode_message, encode_message
 from tollway.export.rules import EXCLUSION_REASONS, PURPOSE_MODES, ExclusionReason
@@ -62,5 +62,7 @@ __all__ = [
     "manifest_digest",
     "manifest_key",
     "run_export",
+    "status_key",
+    "status_publisher",
     "verify_manifest",
 ]

@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+import orjson
+
 from tollway.export.errors import ExportError, ExportIntegrityError
-from tollway.export.manifest import EXPORTS_ROOT, export_prefix, manifest_key, verify_manifest
+from tollway.export.manifest import EXPORTS_ROOT, export_prefix, manifest_key, status_key, verify_manifest
 from tollway.export.queue import ExportQueue
 from tollway.export.request import ExportRequest, encode_message
 from tollway.export.sink import ExportSink
@@ -40,6 +42,9 @@ class ExportStatus:
     manifest: dict[str, Any] | None = field(default=None, repr=False)
     """The verified manifest (``done`` only)."""
     message_id: str | None = None
+    counts: dict[str, Any] | None = None
+    """``progress``: the run's status object (records scanned, matched, included, excluded; the
+    phase), once the function has written one."""
 
 
 def create(
@@ -61,7 +66,7 @@ def create(
     yield ExportStatus(export_id, "queued", message_id=message_id)
     deadline = clock() + timeout_s
     shards_prefix = f"{export_prefix(export_id)}shards/"
-    seen = -1
+    seen: object = None
     while True:
         raw = sink.get(manifest_key(export_id))
         if raw is not None:
@@ -69,13 +74,26 @@ def create(
             yield ExportStatus(export_id, "done", len(manifest["shards"]), manifest, message_id)
             return
         count = len(sink.list(shards_prefix))
-        if count != seen:
-            seen = count
-            yield ExportStatus(export_id, "progress", count, message_id=message_id)
+        status = _status(sink, export_id)
+        state = (count, status)
+        if state != seen:
+            seen = state
+            yield ExportStatus(export_id, "progress", count, message_id=message_id, counts=status)
         if clock() >= deadline:
             yield ExportStatus(export_id, "timeout", count, message_id=message_id)
             return
         sleep(poll_interval_s)
+
+
+def _status(sink: ExportSink, export_id: str) -> dict[str, Any] | None:
+    raw = sink.get(status_key(export_id))
+    if raw is None:
+        return None
+    try:
+        found = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def list_exports(sink: ExportSink) -> list[dict[str, Any]]:

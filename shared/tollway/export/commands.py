@@ -146,7 +146,14 @@ def _create(args: argparse.Namespace, environ: Mapping[str, str], sink: Any, out
             if args.no_wait:
                 return 0
         elif status.state == "progress":
-            print(f"export {status.export_id}: {status.shards} shard(s) written", file=out)
+            c = status.counts or {}
+            counts = (
+                f"{c.get('phase', 'running')}: scanned {c.get('scanned', 0)}, matched {c.get('matched', 0)}, "
+                f"included {c.get('records', 0)}, excluded {c.get('excluded', 0)}, "
+                if c
+                else "waiting for the function: "
+            )
+            print(f"export {status.export_id}: {counts}{status.shards} shard(s) written", file=out)
         elif status.state == "timeout":
             print(f"export {status.export_id}: still running; see `tollway export show {status.export_id}`", file=out)
             return 1

@@ -28,10 +28,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+import orjson
+
 from tollway.audit.store.views import RequestRecord
 from tollway.content.base import ContentError, ContentRecord, ContentRef, ContentStore, ContentUnavailable
 from tollway.export.audit import ExportAudit, finished_event
-from tollway.export.errors import ExportConflict
+from tollway.export.errors import ExportConflict, ExportError
 from tollway.export.manifest import (
     MANIFEST_MEDIA_TYPE,
     SHARD_MEDIA_TYPE,
@@ -42,6 +44,7 @@ from tollway.export.manifest import (
     manifest_key,
     shard_key,
     source_line,
+    status_key,
     verify_manifest,
 )
 from tollway.export.request import ExportRequest
@@ -49,7 +52,7 @@ from tollway.export.rules import EXCLUSION_REASONS, EXPORT_OPERATION, ExclusionR
 from tollway.export.sink import ExportSink
 from tollway.export.transform import dumps, row
 
-__all__ = ["AuditReader", "ExportProgress", "ExportResult", "Progress", "run_export"]
+__all__ = ["AuditReader", "ExportProgress", "ExportResult", "Progress", "run_export", "status_publisher"]
 
 DEFAULT_FETCH_CONCURRENCY: Final = 8
 
@@ -152,7 +155,8 @@ class _Run:
                 raise ExportConflict(f"export {self.request.export_id}: shard {key} exists with other content")
             self.reused += 1
         self.shards.append(ShardEntry(index, key, len(shard.rows), len(body), digest, shard.first, shard.last))
-        self.progress(ExportProgress(self.request.export_id, "shard", self.records, len(self.shards), {"key": key}))
+        detail = {"key": key, "excluded": sum(self.exclusions.values())}
+        self.progress(ExportProgress(self.request.export_id, "shard", self.records, len(self.shards), detail))
 
 
 def _source(reader: AuditReader, request: ExportRequest) -> list[RequestRecord]:
@@ -190,6 +194,33 @@ async def _include(
             run.exclude(reason or "missing_object")
             continue
         run.add(record, ref, content)
+
+
+def status_publisher(sink: ExportSink) -> Progress:
+    """A :data:`Progress` that keeps ``exports/<id>/status.json`` current: the phase, the records
+    scanned and matched, included so far, excluded so far and the shards written. It never fails
+    the run: a status that cannot be written is skipped (the manifest is what counts)."""
+    seen: dict[str, Any] = {"scanned": 0, "matched": 0}
+
+    def publish(event: ExportProgress) -> None:
+        if event.phase == "scanned":
+            seen.update(scanned=event.detail.get("scanned", 0), matched=event.detail.get("matched", 0))
+        status = {
+            "exportId": event.export_id,
+            "phase": event.phase,
+            "scanned": seen["scanned"],
+            "matched": seen["matched"],
+            "records": event.records,
+            "excluded": event.detail.get("excluded", seen.get("excluded", 0)),
+            "shards": event.shards,
+        }
+        seen["excluded"] = status["excluded"]
+        try:
+            sink.put_status(status_key(event.export_id), orjson.dumps(status))
+        except ExportError:
+            pass
+
+    return publish
 
 
 def _now_ms() -> int:
@@ -272,7 +303,10 @@ async def run_export(
     )
     written = _store_manifest(run, manifest)
     key = manifest_key(request.export_id)
-    report(ExportProgress(request.export_id, "manifest", run.records, len(run.shards), {"key": key}))
+    excluded = sum(run.exclusions.values())
+    report(
+        ExportProgress(request.export_id, "manifest", run.records, len(run.shards), {"key": key, "excluded": excluded})
+    )
     if audit is not None:
         audit.send(finished_event(manifest, key))
         report(ExportProgress(request.export_id, "audited", run.records, len(run.shards)))

@@ -118,6 +118,11 @@ def manifest_key(export_id: str) -> str:
     return f"{export_prefix(export_id)}manifest.json"
 
 
+def status_key(export_id: str) -> str:
+    """The run's progress (``tollway.export.job.publish_status``): overwritten as the run goes on."""
+    return f"{export_prefix(export_id)}status.json"
+
+
 def source_line(request_id: str, content_digest: str) -> bytes:
     """One row's share of a source digest."""
     return f"{request_id}\t{content_digest}\n".encode()

@@ -73,6 +73,11 @@ class ExportSink(Protocol):
         """Every key under ``prefix``, sorted."""
         ...
 
+    def put_status(self, key: str, body: bytes) -> None:
+        """Write (or overwrite) a run's progress object: the one object of an export that is not
+        immutable, read by ``tollway export create`` while the run goes on."""
+        ...
+
 
 def _sha256(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
@@ -110,6 +115,10 @@ class MemoryExportSink:
     def list(self, prefix: str) -> list[str]:
         with self._lock:
             return sorted(k for k in self.objects if k.startswith(prefix))
+
+    def put_status(self, key: str, body: bytes) -> None:
+        with self._lock:
+            self.objects[key] = bytes(body)
 
 
 class SinkSettings(BaseModel):
@@ -213,6 +222,14 @@ class S3ExportSink:
             raise self._failed("HeadObject", exc) from None
         digest = (found.get("Metadata") or {}).get(_DIGEST_META)
         return ExportObject(key, int(found.get("ContentLength", 0)), digest if isinstance(digest, str) else None)
+
+    def put_status(self, key: str, body: bytes) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self._call("put_object", Key=key, Body=body, ContentType="application/json")
+        except ClientError as exc:
+            raise self._failed("PutObject", exc) from None
 
     def list(self, prefix: str) -> list[str]:
         from botocore.exceptions import ClientError

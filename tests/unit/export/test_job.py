@@ -249,3 +249,32 @@ async def test_an_empty_range_still_makes_a_manifest() -> None:
     assert result.manifest["records"] == 0 and result.manifest["shards"] == []
     assert result.manifest["source"]["first"] is None
     assert list(sink.objects) == [manifest_key(result.export_id)]
+
+
+async def test_the_status_object_follows_the_run_with_scanned_included_and_excluded_counts(source: Source) -> None:
+    from tollway.export import status_key, status_publisher
+
+    sink = MemoryExportSink()
+    seen: list[dict[str, Any]] = []
+    publish = status_publisher(sink)
+
+    def watch(event: Any) -> None:
+        publish(event)
+        seen.append(orjson.loads(sink.objects[status_key(event.export_id)]))
+
+    result = await export(source, request(shardRecords=2), sink, progress=watch)
+    assert [s["phase"] for s in seen] == ["scanned", "shard", "shard", "manifest"]
+    assert seen[0] | {"exportId": ""} == {
+        "exportId": "",
+        "phase": "scanned",
+        "scanned": 12,
+        "matched": 10,
+        "records": 0,
+        "excluded": 0,
+        "shards": 0,
+    }
+    assert [s["records"] for s in seen[1:]] == [2, 3, 3]
+    assert seen[-1]["excluded"] == 7 and seen[-1]["shards"] == 2
+    assert seen[-1]["exportId"] == result.export_id
+    # The status is the one object an export may overwrite; the manifest is still written once.
+    assert sink.puts.count(status_key(result.export_id)) == 0
