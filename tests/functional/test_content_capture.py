@@ -52,6 +52,7 @@ def _config(mock_url: str, tmp: Path) -> dict[str, Any]:
         _alias("metadata", contentMode="metadata-only"),
         _alias("off", contentMode="disabled"),
         _alias("unsampled", contentMode="tokenized-content", contentSampleRate=0.0),
+        _alias("raw-buffered", piiProfileId="buffered", contentMode="encrypted-raw"),
     ]
     return {
         "providers": {
@@ -72,7 +73,10 @@ def _config(mock_url: str, tmp: Path) -> dict[str, Any]:
                 "keys": [{"id": "k", "sha256": hashlib.sha256(KEY.encode()).hexdigest()}],
             }
         ],
-        "pii": {"keySecretRef": "env:TOLLWAY_CONTENT_FN_PII_KEY", "profiles": [{"id": "default"}]},
+        "pii": {
+            "keySecretRef": "env:TOLLWAY_CONTENT_FN_PII_KEY",
+            "profiles": [{"id": "default"}, {"id": "buffered", "streaming": False}],
+        },
         "content": {"store": {"type": "memory"}},
         "audit": {"sink": {"type": "sqs", "queueName": "unused"}, "spool": {"path": str(tmp / "spool")}},
     }
@@ -222,3 +226,16 @@ async def test_a_store_that_is_down_drops_the_content_and_keeps_the_metadata(gat
     assert dropped.kind == "content_dropped"
     assert dropped.body == {"mode": "tokenized-content", "reason": "store_unavailable"}
     assert any(e.kind == "request_finished" and e.request_id == _request_id(resp) for e in gateway.events())
+
+
+async def test_a_request_refused_before_the_audit_trail_took_it_stores_no_content(gateway: Gateway) -> None:
+    # encrypted-raw captures before the PII stage, which refuses a stream for a buffered-only profile:
+    # the request never reached the audit trail, so there is no record its content could belong to.
+    body = {"model": "raw-buffered", "messages": [{"role": "user", "content": PROMPT}], "stream": True}
+    refused = await gateway.client.post("/v1/chat/completions", json=body, headers=AUTH)
+    assert refused.status_code == 400, refused.text
+    after = _request_id(await _chat(gateway, "raw-buffered"))
+    stored = await gateway.stored(after)
+    assert stored.request["messages"][-1]["content"] == PROMPT
+    assert gateway.store.objects == 1  # the buffered request's, and nothing of the refused one
+    assert not [e for e in gateway.events() if e.kind.startswith("content_") and e.request_id == _request_id(refused)]

@@ -161,6 +161,8 @@ class ContentStage(BaseStage):
         if capture is None or plan is None or plan.content is None or principal is None:
             return
         call.capture = None
+        if not call.admitted_at:
+            return  # refused before the audit trail took it (a later stage's 4xx/5xx): nothing to reference it
         policy = plan.content
         request: dict[str, Any] = {"messages": chat_messages(capture.messages)}
         if isinstance(req, CanonicalRequest) and req.tools:
