@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from bench.endpoints import ENDPOINTS, EndpointName
+from bench.endpoints import ENDPOINTS, ClientEndpointName, ProviderFormat, direct_kind
 
 __all__ = ["PAYLOAD_DIR", "PROFILE_DIR", "Profile", "Step", "load_payload", "load_profile"]
 
@@ -54,6 +54,10 @@ class GatewaySettings(_Model):
     """More aliases, each deep-merged over a copy of the chat alias ``bench-v1`` (so it needs only a
     ``name`` and what differs, ``piiProfileId`` say) and allowed to the bench principal. ``config``
     cannot add one: a list in it replaces the generated list whole."""
+    provider_format: ProviderFormat = "openai-chat-completions"
+    """The format of the chat alias's route (``bench-v1``, which chat and responses steps call): a
+    ``gemini`` or ``bedrock`` provider on the same mock, signed with SigV4 from dummy AWS credentials
+    for Bedrock; the direct baseline then calls that mock endpoint (:func:`bench.endpoints.direct_kind`)."""
     pii_vault: bool = False
     """Start the local cloud (moto server) and give the gateway ``pii.vault`` (type dynamodb) on the
     bench stage's ``pii-vault`` table and KMS key, for session and host PII scopes."""
@@ -77,8 +81,8 @@ class SweepSettings(_Model):
 
 class Step(_Model):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
-    endpoint: EndpointName = "chat"
-    """The client API the gateway is called on; direct calls the mock's ``upstream`` of it."""
+    endpoint: ClientEndpointName = "chat"
+    """The client API the gateway is called on; direct calls the mock endpoint behind it (``direct_kind``)."""
     payload: str = "small"
     stream: bool = False
     model: str | None = None
@@ -140,13 +144,17 @@ class Profile(_Model):
                 raise ValueError(f"step {step.name}: no payload bench/payloads/{step.payload}.json")
             kind = ENDPOINTS[step.endpoint]
             payload, _ = load_payload(step.payload)
-            for which in {kind, ENDPOINTS[kind.upstream]}:
+            for which in {kind, direct_kind(kind, self.gateway.provider_format)}:
                 try:
                     which.body(payload, "model", step.stream)
                 except ValueError as exc:
                     raise ValueError(f"step {step.name}: payload {step.payload}: {exc}") from None
             if kind.name != "chat" and any(t not in ("direct", "gateway") for t in self.targets):
                 raise ValueError(f"step {step.name}: peer gateways are measured on the chat endpoint only")
+        if self.gateway.provider_format != "openai-chat-completions" and any(
+            t not in ("direct", "gateway") for t in self.targets
+        ):
+            raise ValueError("peer gateways are measured against the mock's Chat Completions only")
         for before, step in zip(self.steps, self.steps[1:], strict=False):
             if step.follows_previous and (before.sweep or before.follows_previous):
                 raise ValueError(f"step {step.name} can only follow a single fixed-rate step")

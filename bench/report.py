@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from bench.endpoints import ENDPOINTS
+from bench.servers import PROVIDER_MODELS
 from bench.stats import PERCENTILES
 
 __all__ = ["render_summary"]
@@ -340,12 +341,14 @@ def _targets(results: Mapping[str, Any]) -> list[str]:
 
 
 def _endpoints(step: Mapping[str, Any]) -> str:
-    """The APIs called when a step is not plain chat (results before endpoint kinds have none)."""
+    """The APIs called when a step is not plain chat to chat (results before endpoint kinds have none)."""
     name = step.get("endpoint", "chat")
-    if name == "chat":
-        return ""
     kind = ENDPOINTS[name]
-    return f", gateway `POST /v1/{kind.path}`, direct `POST /v1/{ENDPOINTS[kind.upstream].path}`"
+    direct = ENDPOINTS[step.get("direct_endpoint", kind.upstream)]
+    if name == "chat" and direct.name == "chat":
+        return ""
+    to = direct.url_path(PROVIDER_MODELS.get(direct.name, "{model}"), step["stream"])
+    return f", gateway `POST /v1/{kind.path}`, direct `POST {to}`"
 
 
 def render_summary(manifest: Mapping[str, Any], results: Mapping[str, Any]) -> str:

@@ -4,7 +4,8 @@ One run starts one mock provider and one gateway (measuring each one's cold star
 every step of the profile against each target: ``direct`` (the mock itself, the baseline) and
 ``gateway`` (Tollway in front of the same mock, with the same fault prefix). A step's endpoint
 kind (:mod:`bench.endpoints`) picks the gateway's path, headers and body; direct calls the mock
-endpoint the gateway itself calls for that kind. It writes into
+endpoint the gateway itself calls for that kind (Gemini's or Bedrock's, when ``gateway.provider_format``
+routes the chat alias there). It writes into
 ``DIR`` (default ``bench/results/<profile>-<time>/``):
 
 ``manifest.json``  every input (see :mod:`bench.manifest`); written first, rewritten at the end
@@ -37,7 +38,7 @@ import yaml
 
 from bench import manifest as mf
 from bench.aggregate import comparison, pool_runs, repetition_stats
-from bench.endpoints import ENDPOINTS, Endpoint
+from bench.endpoints import ENDPOINTS, Endpoint, direct_kind
 from bench.loadgen import LOADGEN_VERSION, LoadResult, LoadSpec, run_load
 from bench.peers import PEERS, PeerError, PeerTarget, start_peer
 from bench.profiles import BENCH_DIR, PAYLOAD_DIR, Profile, Step, load_payload, load_profile
@@ -47,6 +48,7 @@ from bench.resources import ResourceSampler
 from bench.servers import (
     ALIAS,
     ALIASES,
+    BEDROCK_ENV,
     PII_KEY_ENV,
     PROVIDER_KEY_ENV,
     PROVIDER_MODEL,
@@ -153,9 +155,10 @@ class Runner:
     # -- set-up ---------------------------------------------------------------------------
 
     def _kind(self, target: str, step: Step) -> Endpoint:
-        """The endpoint ``target`` is called on in ``step``: direct calls the mock's ``upstream`` of it."""
+        """The endpoint ``target`` is called on in ``step``: direct calls the mock endpoint behind the
+        gateway's alias for it (:func:`bench.endpoints.direct_kind`)."""
         kind = ENDPOINTS[step.endpoint]
-        return ENDPOINTS[kind.upstream] if target == "direct" else kind
+        return direct_kind(kind, self.profile.gateway.provider_format) if target == "direct" else kind
 
     def _body(self, payload: str, stream: bool, target: str, kind: Endpoint, alias: str | None = None) -> bytes:
         key = (payload, stream, target, kind.name, alias)
@@ -172,14 +175,17 @@ class Runner:
             return self.peers[target].model
         return ALIASES[kind.name] if target == "gateway" else PROVIDER_MODELS[kind.name]
 
-    def _target(self, target: str, kind: Endpoint = ENDPOINTS["chat"]) -> tuple[str, dict[str, str]]:
+    def _target(
+        self, target: str, kind: Endpoint = ENDPOINTS["chat"], stream: bool = False
+    ) -> tuple[str, dict[str, str]]:
         if target in self.peers:
             return self.peers[target].url, dict(self.peers[target].headers)
         if target == "gateway":
             assert self.gateway is not None
             return f"{self.gateway.url}/{kind.path}", kind.headers(self.user_key)
         assert self.mock is not None
-        url = f"{self.mock.url}{fault_prefix(self.profile.mock.faults)}/v1/{kind.path}"
+        path = kind.url_path(PROVIDER_MODELS[kind.name], stream)
+        url = f"{self.mock.url}{fault_prefix(self.profile.mock.faults)}{path}"
         return url, kind.headers(self.provider_key)
 
     def start(self) -> None:
@@ -195,6 +201,8 @@ class Runner:
         digest = hashlib.sha256(self.user_key.encode()).hexdigest()
         overrides = dict(profile.gateway.config)
         gateway_env = {PROVIDER_KEY_ENV: self.provider_key, PII_KEY_ENV: self.pii_key}
+        if profile.gateway.provider_format == "bedrock-converse":
+            gateway_env.update(BEDROCK_ENV)
         if profile.gateway.pii_vault:
             topo = self._start_cloud(gateway_env)
             overrides["pii"] = deep_merge({"vault": pii_vault_config(topo.prefix)}, overrides.get("pii", {}))
@@ -217,7 +225,13 @@ class Runner:
             tracing["endpoint"] = self.otlp_sink.endpoint
         endpoints = {step.endpoint for step in profile.steps}
         config = gateway_config(
-            self.mock.url, profile.mock.faults, digest, overrides, endpoints, profile.gateway.extra_models
+            self.mock.url,
+            profile.mock.faults,
+            digest,
+            overrides,
+            endpoints,
+            profile.gateway.extra_models,
+            profile.gateway.provider_format,
         )
         pricing = config.get("governance", {}).get("pricing", {})
         if pricing.get("catalogFile"):  # a profile names it relative to bench/
@@ -341,7 +355,7 @@ class Runner:
     def _spec(self, target: str, step: Step, rate: float) -> LoadSpec:
         load = self.profile.load
         kind = self._kind(target, step)
-        url, headers = self._target(target, kind)
+        url, headers = self._target(target, kind, step.stream)
         if target == "gateway":
             headers = {**headers, **step.headers}
         warmup = step.warmup_s if step.warmup_s is not None else load.warmup_s
@@ -532,7 +546,7 @@ class Runner:
             "payload": step.payload,
             "stream": step.stream,
             "endpoint": step.endpoint,
-            "direct_endpoint": ENDPOINTS[step.endpoint].upstream,
+            "direct_endpoint": self._kind("direct", step).name,
             "kind": "sweep" if step.sweep else "fixed",
             "timeline": step.timeline,
             "runs": [entry for target_runs in runs.values() for entry in target_runs],

@@ -32,6 +32,8 @@ from typing import IO, Any, Final
 __all__ = [
     "ALIAS",
     "ALIASES",
+    "BEDROCK_ENV",
+    "BEDROCK_REGION",
     "PII_KEY_ENV",
     "PROVIDER_KEY_ENV",
     "PROVIDER_MODEL",
@@ -58,8 +60,19 @@ PROVIDER_MODELS: Final[Mapping[str, str]] = {
     "chat": PROVIDER_MODEL,
     "messages": "mock-claude-small",
     "embeddings": "mock-embed-small",
+    "gemini": "mock-gemini-flash",
+    "bedrock": "anthropic.claude-3-5-haiku-20241022-v1:0",
 }
-"""The model each mock endpoint is called with, by the gateway's route and by the direct baseline alike."""
+"""The model each mock endpoint is called with, by the gateway's route and by the direct baseline alike
+(Bedrock's with the colon a real model id has, which both send percent-encoded in the path)."""
+BEDROCK_REGION: Final = "us-east-1"
+BEDROCK_ENV: Final[Mapping[str, str]] = {
+    "AWS_ACCESS_KEY_ID": "bench-access-key",
+    "AWS_SECRET_ACCESS_KEY": "bench-secret-key",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+"""The gateway's AWS credentials for a Bedrock route: dummies the mock accepts (it checks a request is
+SigV4-signed, not the signature). Environment credentials come first in botocore's chain."""
 PROVIDER_KEY_ENV: Final = "TOLLWAY_BENCH_PROVIDER_KEY"
 PII_KEY_ENV: Final = "TOLLWAY_BENCH_PII_KEY"
 """The PII placeholder key's variable: a run always sets it (random), for profiles with ``pii:``."""
@@ -266,12 +279,16 @@ def gateway_config(
     overrides: Mapping[str, Any],
     endpoints: Collection[str] = ("chat",),
     extra_models: Sequence[Mapping[str, Any]] = (),
+    provider_format: str = "openai-chat-completions",
 ) -> dict[str, Any]:
     """One alias on one mock deployment, one principal; the same fault prefix the direct target uses.
 
     ``endpoints`` (the profile's endpoint kinds) add what they call and nothing else, so a chat
     profile's config stays as it always was: ``messages`` an Anthropic provider on the same mock and
     an alias routed to it in its own format, ``embeddings`` an embeddings-only alias.
+    ``provider_format`` ``gemini`` or ``bedrock-converse`` routes the chat alias to a provider of that
+    type on the same mock instead (its only route, so every request is translated); Bedrock's signs
+    with the credentials of :data:`BEDROCK_ENV`, which the run puts in the gateway's environment.
     ``extra_models`` are more aliases, each deep-merged over a copy of the chat alias after
     ``overrides`` (a list there would replace ``models`` whole) and allowed to the principal; a
     copied route's id gets the alias's name appended.
@@ -316,6 +333,8 @@ def gateway_config(
         # profile stays comparable with its baseline.
         "telemetry": {"metrics": {"enabled": False}},
     }
+    if provider_format != "openai-chat-completions":
+        _route_chat_alias(config, provider_format, mock_url + fault_prefix(faults))
     if "messages" in endpoints:
         _add_messages_alias(config, mock_url + fault_prefix(faults))
     if "embeddings" in endpoints:
@@ -347,6 +366,34 @@ def pii_vault_config(prefix: str = "bench") -> dict[str, Any]:
 def _add_alias(config: dict[str, Any], model: dict[str, Any]) -> None:
     config["models"].append(model)
     config["principals"][0]["allowedModels"].append(model["name"])
+
+
+def _route_chat_alias(config: dict[str, Any], provider_format: str, base_url: str) -> None:
+    """Route the chat alias to a Gemini or Bedrock provider on the mock; the OpenAI provider stays,
+    for the aliases other endpoint kinds add (embeddings)."""
+    provider: dict[str, Any] = {
+        "baseUrl": base_url,
+        "providerAccountId": f"bench-account-{provider_format}",
+        "quotaGroupId": f"bench-quota-{provider_format}",
+        "connectTimeoutMs": 2000,
+        "requestTimeoutMs": 30000,
+    }
+    if provider_format == "gemini":
+        name, kind, capabilities = "mock-gemini", "gemini", ["streaming", "tools", "json_object", "json_schema"]
+        provider |= {
+            "type": "gemini",
+            "credentials": [{"id": "bench-provider-key", "secretRef": f"env:{PROVIDER_KEY_ENV}"}],
+        }
+    elif provider_format == "bedrock-converse":
+        name, kind, capabilities = "mock-bedrock", "bedrock", ["streaming", "tools"]
+        provider |= {"type": "bedrock", "awsRegion": BEDROCK_REGION}
+    else:
+        raise ValueError(f"the chat alias cannot be routed in {provider_format!r}")
+    config["providers"][name] = provider
+    route = {"id": f"bench-{kind}", "provider": name, "model": PROVIDER_MODELS[kind], "providerFormat": provider_format}
+    chat = config["models"][0]
+    chat["capabilities"] = capabilities
+    chat["routes"] = [route]
 
 
 def _add_messages_alias(config: dict[str, Any], base_url: str) -> None:

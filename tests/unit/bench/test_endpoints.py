@@ -13,9 +13,10 @@ import pytest
 
 from bench.clients import _StreamWatch
 from bench.codec import PLAN
-from bench.endpoints import ENDPOINTS, Endpoint, endpoint_kind, has_content, has_event
+from bench.endpoints import ENDPOINTS, PROVIDER_FORMATS, Endpoint, direct_kind, endpoint_kind, has_content, has_event
 from bench.loadgen import LoadSpec
 from bench.profiles import load_payload
+from bench.servers import PROVIDER_MODELS
 from tollway.api import anthropic_request, chat_request, responses_request
 from tollway.api.anthropic_response import MessageStream
 from tollway.api.chat_response import ChunkRenderer
@@ -23,8 +24,13 @@ from tollway.api.envelope import parse_body
 from tollway.api.responses_response import ResponseStream
 from tollway.canonical import StreamFinish, TextDelta, ToolCallDelta, Usage
 from tollway.mock.anthropic_messages import AnthropicMessages
-from tollway.mock.content import MockRequest, text_reply
+from tollway.mock.bedrock_converse import BedrockConverse, encode_frame, signed
+from tollway.mock.content import MockRequest, ToolSpec, text_reply, tool_reply
+from tollway.mock.gemini import Gemini
 from tollway.mock.openai_chat import OpenAIChat
+from tollway.providers.base import Target
+from tollway.providers.bedrock_converse import BedrockConverseCodec
+from tollway.providers.gemini import GeminiCodec
 
 REPLY = text_reply("hello benchmark", None, None, 4)
 MOCK_REQUEST = MockRequest(model="m", stream=True, message_count=1, echo="hello benchmark", prompt_chars=15)
@@ -83,12 +89,35 @@ def mock_messages_stream() -> tuple[list[bytes], int]:
     return mock_stream(AnthropicMessages())
 
 
+def mock_provider_stream(wire: Gemini | BedrockConverse, tool: bool = False) -> tuple[list[bytes], int]:
+    """The mock's Gemini chunks or Bedrock event-stream messages, one per chunk (the event stream is
+    binary, so not split into SSE frames), and the index of the first content delta."""
+    reply = (
+        tool_reply(ToolSpec("lookup", {"type": "object", "properties": {"q": {"type": "string"}}}), 3)
+        if tool
+        else REPLY
+    )
+    plan = wire.stream(MOCK_REQUEST, reply, 1, 0)
+    head = [plan.preamble] if plan.preamble else []
+    return [*head, *plan.deltas, plan.tail], len(head)
+
+
+def mock_gemini_stream() -> tuple[list[bytes], int]:
+    return mock_provider_stream(Gemini())
+
+
+def mock_bedrock_stream() -> tuple[list[bytes], int]:
+    return mock_provider_stream(BedrockConverse())
+
+
 STREAMS: dict[str, tuple[str, Callable[[], tuple[list[bytes], int]]]] = {
     "chat from the mock": ("chat", mock_chat_stream),
     "chat from the gateway": ("chat", gateway_chat_stream),
     "messages from the mock": ("messages", mock_messages_stream),
     "messages from the gateway": ("messages", gateway_messages_stream),
     "responses from the gateway": ("responses", gateway_responses_stream),
+    "gemini from the mock": ("gemini", mock_gemini_stream),
+    "bedrock from the mock": ("bedrock", mock_bedrock_stream),
 }
 
 
@@ -96,7 +125,7 @@ STREAMS: dict[str, tuple[str, Callable[[], tuple[list[bytes], int]]]] = {
 def test_ttft_is_the_first_content_frame_and_the_stream_ends_at_its_terminal_frame(case: str) -> None:
     name, build = STREAMS[case]
     chunks, first_content = build()
-    assert first_content > 0 or name == "chat"  # the formats that open with frames of their own do
+    assert first_content > 0 or name in ("chat", "gemini")  # the formats that open with frames of their own do
     first, done = scan(ENDPOINTS[name], chunks)
     assert first == first_content
     assert done
@@ -128,6 +157,30 @@ def test_one_formats_terminal_frame_does_not_end_another_formats_stream() -> Non
     assert scan(ENDPOINTS["messages"], [*messages[:-1], b"data: [DONE]\n\n"])[1] is False
     chat, _ = gateway_chat_stream()
     assert scan(ENDPOINTS["chat"], [*chat[:-1], b"event: message_stop\ndata: {}\n\n"])[1] is False
+
+
+@pytest.mark.parametrize("wire", [Gemini(), BedrockConverse()], ids=["gemini", "bedrock"])
+def test_a_provider_streams_tool_call_is_its_first_token(wire: Gemini | BedrockConverse) -> None:
+    chunks, first_content = mock_provider_stream(wire, tool=True)
+    first, done = scan(ENDPOINTS[wire.name], chunks)
+    assert (first, done) == (first_content, True)
+
+
+def test_gemini_counts_text_parts_not_the_empty_one_its_finish_chunk_carries() -> None:
+    gemini = ENDPOINTS["gemini"]
+    assert gemini.first_token is not None and gemini.terminal is not None
+    (tail,) = frames(Gemini().stream(MOCK_REQUEST, REPLY, 1, 0).tail)
+    assert b'"text":""' in tail and gemini.terminal in tail
+    assert gemini.first_token(tail) is False
+    assert gemini.first_token(b'data: {"candidates":[{"content":{"parts":[{"text":"Hi"}]}}]}') is True
+
+
+def test_bedrocks_terminal_is_the_metadata_event_not_message_stop() -> None:
+    chunks, _ = mock_bedrock_stream()
+    stop = encode_frame("messageStop", b'{"stopReason":"end_turn"}')
+    assert stop in chunks[-1]
+    assert scan(ENDPOINTS["bedrock"], [*chunks[:-1], stop])[1] is False
+    assert scan(ENDPOINTS["bedrock"], [*chunks[:-1], stop, encode_frame("metadata", b'{"usage":{}}')])[1] is True
 
 
 def test_a_responses_tool_call_counts_its_first_argument_fragment() -> None:
@@ -225,6 +278,36 @@ def test_the_direct_baseline_of_responses_is_the_chat_body_the_gateway_sends_ups
     assert chat_request.to_canonical(parse_body(orjson.dumps(body)), PLAN).stream is True
 
 
+CODECS = {"gemini": GeminiCodec(), "bedrock": BedrockConverseCodec()}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("payload", ["small", "10kib"])
+@pytest.mark.parametrize("name", ["gemini", "bedrock"])
+def test_a_provider_baseline_sends_what_the_gateways_codec_sends_upstream(
+    name: str, payload: str, stream: bool
+) -> None:
+    body, _ = load_payload(payload)
+    model = PROVIDER_MODELS[name]
+    chat = ENDPOINTS["chat"].body(body, "bench-v1", stream)
+    upstream = CODECS[name].encode_request(
+        chat_request.to_canonical(parse_body(orjson.dumps(chat)), PLAN), Target(model)
+    )
+    kind = ENDPOINTS[name]
+    assert kind.body(body, model, stream) == orjson.loads(upstream.body)
+    assert kind.url_path(model, stream) == "/" + upstream.path
+    assert not kind.client_api
+
+
+def test_the_chat_alias_format_moves_the_baseline_of_chat_and_responses_only() -> None:
+    for fmt, upstream in PROVIDER_FORMATS.items():
+        assert direct_kind(ENDPOINTS["chat"], fmt).name == upstream
+        assert direct_kind(ENDPOINTS["responses"], fmt).name == upstream
+        assert direct_kind(ENDPOINTS["messages"], fmt).name == "messages"
+        assert direct_kind(ENDPOINTS["embeddings"], fmt).name == "embeddings"
+    assert direct_kind(ENDPOINTS["chat"]).name == "chat"
+
+
 def test_an_embeddings_body_is_a_batch_of_inputs_and_never_streams() -> None:
     payload, _ = load_payload("embed-batch")
     body = ENDPOINTS["embeddings"].body(payload, "bench-embed-v1", False)
@@ -241,6 +324,8 @@ def test_an_embeddings_body_is_a_batch_of_inputs_and_never_streams() -> None:
     [
         ("messages", "tools", "no place for the payload's tool_choice, tools"),
         ("responses", "tools", "no place for the payload's tool_choice, tools"),
+        ("gemini", "tools", "the gemini endpoint has no place for the payload's tool_choice, tools"),
+        ("bedrock", "tools", "the bedrock endpoint has no place for the payload's tool_choice, tools"),
         ("chat", "embed-batch", "needs a payload with messages"),
         ("embeddings", "small", "no place for the payload's"),
     ],
@@ -255,6 +340,19 @@ def test_anthropic_callers_send_the_key_in_x_api_key_with_a_version() -> None:
     assert ENDPOINTS["messages"].headers("k") == {"x-api-key": "k", "anthropic-version": "2023-06-01"}
     for name in ("chat", "responses", "embeddings"):
         assert ENDPOINTS[name].headers("k") == {"authorization": "Bearer k"}
+
+
+def test_a_gemini_baseline_sends_the_key_in_x_goog_api_key() -> None:
+    assert ENDPOINTS["gemini"].headers("k") == {"x-goog-api-key": "k"}
+
+
+def test_a_bedrock_baseline_sends_one_fixed_header_of_a_sigv4_signatures_shape() -> None:
+    headers = ENDPOINTS["bedrock"].headers("k")
+    assert headers == ENDPOINTS["bedrock"].headers("k"), "computed once, the same every request"
+    assert signed(headers["authorization"].encode()), "the mock takes it as signed"
+    assert "/bedrock/aws4_request, SignedHeaders=" in headers["authorization"]
+    assert len(headers["authorization"].rsplit("Signature=", 1)[1]) == 64
+    assert headers["x-amz-date"].endswith("Z")
 
 
 def test_a_load_spec_refuses_an_unknown_endpoint_and_a_stream_the_endpoint_cannot_give() -> None:

@@ -8,7 +8,15 @@ import pytest
 import yaml
 
 from bench.profiles import PAYLOAD_DIR, PROFILE_DIR, Profile, load_payload, load_profile
-from bench.servers import ALIASES, PII_KEY_ENV, PROVIDER_KEY_ENV, PROVIDER_MODELS, gateway_config, pii_vault_config
+from bench.servers import (
+    ALIASES,
+    BEDROCK_ENV,
+    PII_KEY_ENV,
+    PROVIDER_KEY_ENV,
+    PROVIDER_MODELS,
+    gateway_config,
+    pii_vault_config,
+)
 from tollway.config.loader import load_config
 from tollway.config.schema import RouterConfig
 from tollway.pii.detectors import BUILTIN_KINDS, build_detector
@@ -19,6 +27,7 @@ NAMES = sorted(p.stem for p in PROFILE_DIR.glob("*.yml"))
 def test_the_issue_profiles_are_all_shipped() -> None:
     assert {"smoke", "fixed-500", "sse-200", "sweep", "overload", "payloads"} <= set(NAMES)
     assert {"messages-200-sse", "responses-200-sse", "embeddings-500"} <= set(NAMES)
+    assert {"gemini-500", "gemini-200-sse", "bedrock-500", "bedrock-200-sse"} <= set(NAMES)
 
 
 @pytest.mark.parametrize(
@@ -41,6 +50,33 @@ def test_the_endpoint_profiles_keep_their_chat_twins_load(name: str, endpoint: s
         twin.load,
         twin.repeat,
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "provider_format", "stream"),
+    [
+        ("gemini-500", "gemini", False),
+        ("gemini-200-sse", "gemini", True),
+        ("bedrock-500", "bedrock-converse", False),
+        ("bedrock-200-sse", "bedrock-converse", True),
+    ],
+)
+def test_the_provider_format_profiles_are_their_chat_twins_routed_in_that_format(
+    name: str, provider_format: str, stream: bool
+) -> None:
+    profile, _, _ = load_profile(name)
+    twin, _, _ = load_profile("sse-200" if stream else "fixed-500")
+    (step,) = profile.steps
+    (twin_step,) = twin.steps
+    assert profile.gateway.provider_format == provider_format
+    assert profile.gateway.model_copy(update={"provider_format": "openai-chat-completions"}) == twin.gateway
+    assert (profile.targets, profile.mock, profile.load, profile.repeat) == (
+        twin.targets,
+        twin.mock,
+        twin.load,
+        twin.repeat,
+    )
+    assert step.model_copy(update={"name": twin_step.name}) == twin_step
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -73,6 +109,8 @@ def test_the_payload_corpus_has_small_10kib_and_tool_heavy_bodies() -> None:
         ({"name": "x", "rate": 1, "endpoint": "embeddings", "payload": "embed-batch", "stream": True}, "not stream"),
         ({"name": "x", "rate": 1, "endpoint": "embeddings"}, "payload small: the embeddings endpoint has no place"),
         ({"name": "x", "rate": 1, "endpoint": "messages", "payload": "tools"}, "payload tools: the messages"),
+        ({"name": "x", "rate": 1, "endpoint": "gemini"}, "endpoint"),
+        ({"name": "x", "rate": 1, "endpoint": "bedrock"}, "endpoint"),
     ],
 )
 def test_a_malformed_step_is_rejected(step: dict[str, object], reason: str) -> None:
@@ -106,6 +144,47 @@ def test_peers_are_measured_on_chat_only() -> None:
     step = {"name": "x", "rate": 1, "endpoint": "messages"}
     with pytest.raises(ValueError, match="chat endpoint only"):
         Profile.model_validate({"name": "bad", "targets": ["direct", "gateway", "portkey"], "steps": [step]})
+
+
+def test_a_provider_format_is_refused_with_peers_and_with_a_payload_it_cannot_carry() -> None:
+    gateway = {"provider_format": "gemini"}
+    step = {"name": "x", "rate": 1}
+    with pytest.raises(ValueError, match="Chat Completions only"):
+        Profile.model_validate(
+            {"name": "bad", "targets": ["direct", "gateway", "litellm"], "gateway": gateway, "steps": [step]}
+        )
+    with pytest.raises(ValueError, match="payload tools: the gemini endpoint has no place"):
+        Profile.model_validate({"name": "bad", "gateway": gateway, "steps": [{**step, "payload": "tools"}]})
+    with pytest.raises(ValueError, match="provider_format"):
+        Profile.model_validate({"name": "bad", "gateway": {"provider_format": "cohere"}, "steps": [step]})
+
+
+@pytest.mark.parametrize(
+    ("provider_format", "provider_type", "kind"),
+    [("gemini", "gemini", "gemini"), ("bedrock-converse", "bedrock", "bedrock")],
+)
+def test_the_chat_alias_routes_to_the_mocks_provider_api_in_the_profiles_format(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, provider_format: str, provider_type: str, kind: str
+) -> None:
+    config = gateway_config(
+        "http://127.0.0.1:9", "chunks=10", "ab" * 32, {}, {"chat", "messages"}, provider_format=provider_format
+    )
+    chat = config["models"][0]
+    assert chat["name"] == ALIASES["chat"]
+    (route,) = chat["routes"]
+    assert (route["providerFormat"], route["model"]) == (provider_format, PROVIDER_MODELS[kind])
+    provider = config["providers"][route["provider"]]
+    assert (provider["type"], provider["baseUrl"]) == (provider_type, "http://127.0.0.1:9/_fault/chunks=10")
+    assert ("credentials" in provider) is (provider_type == "gemini"), "Bedrock signs with AWS credentials instead"
+    (messages,) = [m for m in config["models"] if m["name"] == ALIASES["messages"]]
+    assert messages["routes"][0]["providerFormat"] == "anthropic-messages", "other aliases keep their format"
+    for name, value in BEDROCK_ENV.items():
+        monkeypatch.setenv(name, value)
+    loaded = _loaded(tmp_path, config)
+    assert {m.name: [r.providerFormat for r in m.routes] for m in loaded.models} == {
+        ALIASES["chat"]: [provider_format],
+        ALIASES["messages"]: ["anthropic-messages"],
+    }
 
 
 def test_a_chat_profile_config_has_only_the_chat_alias() -> None:
@@ -204,3 +283,5 @@ def test_a_step_calls_the_endpoints_alias_with_no_extra_headers_unless_it_says()
         if not name.startswith(("pii-", "content-")):
             assert not profile.gateway.extra_models and not profile.gateway.pii_vault
             assert all(s.model is None and not s.headers for s in profile.steps)
+        if not name.startswith(("gemini-", "bedrock-")):
+            assert profile.gateway.provider_format == "openai-chat-completions"

@@ -93,3 +93,20 @@ def test_header_names_the_server_and_upstream_client_the_run_used() -> None:
     httpx = {"packages": packages, "gateway": {"workers": 2, "config": {"httpClient": "httpx"}}}
     line = next(x for x in render_summary(httpx, results()).splitlines() if x.startswith("| Gateway"))
     assert "uvicorn 0.54.0" in line and "upstream client httpx 0.28.1" in line
+
+
+def step_title(data: dict[str, Any]) -> str:
+    return next(x for x in render_summary({}, data).splitlines() if x.startswith("## buffered-small"))
+
+
+def test_a_step_heading_names_the_apis_called_unless_both_are_chat_completions() -> None:
+    data = results()
+    assert step_title(data) == "## buffered-small: payload `small`, buffered"
+    data["steps"][0].update(endpoint="chat", direct_endpoint="chat")
+    assert step_title(data) == "## buffered-small: payload `small`, buffered"
+    data["steps"][0].update(direct_endpoint="gemini")
+    assert step_title(data).endswith(
+        "gateway `POST /v1/chat/completions`, direct `POST /v1beta/models/mock-gemini-flash:generateContent`"
+    )
+    data["steps"][0].update(endpoint="messages", direct_endpoint="messages")
+    assert step_title(data).endswith("gateway `POST /v1/messages`, direct `POST /v1/messages`")
