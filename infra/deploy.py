@@ -49,7 +49,7 @@ from infra.assets import DEFAULT_CONFIG, DEFAULT_LAYERS_DIR, REPO_ROOT, MissingA
 from tollway.cloud.local import LOCAL_CREDENTIALS, LOCAL_REGION, reachable
 from tollway.cloud.resources import DEFAULT_PREFIX, topology
 
-__all__ = ["DeployError", "Plan", "local_environment", "main"]
+__all__ = ["DeployError", "Plan", "local_cdk_home", "local_environment", "main"]
 
 INFRA_DIR: Final = Path(__file__).resolve().parent
 DEFAULT_ENDPOINT: Final = "http://127.0.0.1:4566"
@@ -104,6 +104,20 @@ def local_environment(base: Mapping[str, str]) -> dict[str, str]:
         netloc = f"localhost:{url.port}" if url.port else "localhost"
         env["AWS_ENDPOINT_URL_S3_FOR_CLOUDFORMATION"] = urlunsplit((url.scheme, netloc, "", "", ""))
     return env
+
+
+def local_cdk_home(root: Path, account: str) -> Path:
+    """The CDK CLI's cache folder for an emulator's account. The CLI caches the account it found per
+    access key, and every emulator takes the same dummy key, so a deploy to LocalStack (account
+    000000000000) after one to moto (123456789012) looked for its bootstrap in moto's account. One
+    folder per account keeps them apart; moto servers on other ports share one account, and one."""
+    return root / ".tollway" / "cdk-home" / account
+
+
+def _emulator_account(env: Mapping[str, str]) -> str:
+    from tollway.cloud.bootstrap import Clients
+
+    return Clients(env["AWS_ENDPOINT_URL"], env["AWS_REGION"], env).account()
 
 
 def aws_environment(base: Mapping[str, str]) -> dict[str, str]:
@@ -208,7 +222,15 @@ def deploy(plan: Plan, base_env: Mapping[str, str]) -> None:
                 f"no local cloud answers at {env['AWS_ENDPOINT_URL']}; start one (`tollway up`, "
                 "`python -m moto.server --host 127.0.0.1 --port 4566`, or LocalStack) or set AWS_ENDPOINT_URL"
             )
-        print(f"Target: local cloud at {env['AWS_ENDPOINT_URL']} (dummy credentials)", flush=True)
+        account = _emulator_account(env)
+        env["CDK_DEFAULT_ACCOUNT"], env["CDK_DEFAULT_REGION"] = account, env["AWS_REGION"]
+        if not base_env.get("CDK_HOME"):
+            env["CDK_HOME"] = str(local_cdk_home(REPO_ROOT, account))
+        print(
+            f"Target: local cloud at {env['AWS_ENDPOINT_URL']} (account {account}, dummy credentials;"
+            f" CDK cache {env.get('CDK_HOME')})",
+            flush=True,
+        )
     else:
         env = aws_environment(base_env)
         print("Target: AWS, with the credentials and region of this shell", flush=True)

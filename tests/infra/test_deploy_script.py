@@ -84,3 +84,12 @@ def test_missing_layers_fail_with_the_build_command(tmp_path: Path, capsys: pyte
     with pytest.raises(DeployError, match=r"build the layers first: python -m layers\.build --out"):
         deploy.deploy(plan, REAL)
     assert REAL["AWS_SECRET_ACCESS_KEY"] not in capsys.readouterr().out
+
+
+def test_each_emulator_account_gets_a_cdk_cache_of_its_own(tmp_path: Path) -> None:
+    from infra.deploy import local_cdk_home
+
+    moto = local_cdk_home(tmp_path, "123456789012")
+    localstack = local_cdk_home(tmp_path, "000000000000")
+    assert moto != localstack
+    assert moto == tmp_path / ".tollway" / "cdk-home" / "123456789012"
