@@ -291,6 +291,14 @@ class GatewayRuntime:
                 active.generation,
             )
             return "unreadable"
+        if self.content is None and any(plan.content is not None for plan in candidate.aliases.values()):
+            # The content writer and its store start with the process: a reload cannot start them.
+            log.error(
+                "config reload rejected; generation %d stays active: an alias's contentMode now captures "
+                "content, which starts with the process: restart it to turn capture on",
+                active.generation,
+            )
+            return "rejected"
         if candidate.digest == active.digest and candidate.pricing.version == active.pricing.version:
             return "unchanged"
         old = self.holder.swap(candidate)

@@ -122,6 +122,28 @@ async def test_reload_keeps_the_active_root_when_the_file_is_invalid(
     assert await _ask(runtime) == "from p0"
 
 
+async def test_a_reload_that_would_turn_content_capture_on_is_rejected_until_a_restart(
+    runtime: GatewayRuntime, config_file: Write, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The content writer starts with the process; a reload must not publish a plan that captures
+    into nothing."""
+    active = runtime.holder.root
+    config_file(
+        router_config(
+            0,
+            model={"contentMode": "tokenized-content"},
+            content={"store": {"type": "memory"}},
+            audit={"sink": {"type": "sqs", "queueName": "q"}, "spool": {"path": str(tmp_path / "wal")}},
+        )
+    )
+
+    with caplog.at_level(logging.ERROR, logger="tollway.runtime"):
+        assert await runtime.reload() is False
+
+    assert runtime.holder.root is active
+    assert "restart it to turn capture on" in caplog.records[-1].getMessage()
+
+
 async def test_reload_keeps_the_active_root_when_the_file_is_gone(
     runtime: GatewayRuntime, caplog: pytest.LogCaptureFixture
 ) -> None:
