@@ -21,7 +21,15 @@ from tollway.audit.events import AuditEvent, export_finished
 from tollway.audit.ship.sinks import MESSAGE_HEAD, SqsSink
 from tollway.export.errors import ExportUnavailable
 
-__all__ = ["AUDIT_QUEUE_ENV", "ExportAudit", "MemoryExportAudit", "SqsExportAudit", "audit_message", "finished_event"]
+__all__ = [
+    "AUDIT_QUEUE_ENV",
+    "ExportAudit",
+    "MemoryExportAudit",
+    "SqsExportAudit",
+    "audit_message",
+    "finished_event",
+    "name_based_event_id",
+]
 
 AUDIT_QUEUE_ENV: Final = "TOLLWAY_QUEUE_AUDIT"
 
@@ -32,8 +40,10 @@ class ExportAudit(Protocol):
         ...
 
 
-def _event_id(export_id: str, digest: str) -> str:
-    h = bytearray(hashlib.sha256(f"export_finished\n{export_id}\n{digest}".encode()).digest()[:16])
+def name_based_event_id(*parts: str) -> str:
+    """A UUID (RFC 9562 version 8) derived from ``parts``: an event sent again for the same thing
+    (a redelivered export, a retried deletion) has the same id, which the audit store applies once."""
+    h = bytearray(hashlib.sha256("\n".join(parts).encode()).digest()[:16])
     h[6] = 0x80 | (h[6] & 0x0F)  # RFC 9562 version 8: custom, name-based
     h[8] = 0x80 | (h[8] & 0x3F)
     x = h.hex()
@@ -66,7 +76,7 @@ def finished_event(manifest: Mapping[str, Any], key: str) -> AuditEvent:
         purpose=str(manifest["purpose"]),
         manifest=summary,
     )
-    return dataclasses.replace(event, event_id=_event_id(event.request_id, digest))
+    return dataclasses.replace(event, event_id=name_based_event_id("export_finished", event.request_id, digest))
 
 
 def audit_message(event: AuditEvent) -> bytes:

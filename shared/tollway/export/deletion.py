@@ -13,14 +13,13 @@ The event id is derived from the request id and the object key, so a retried del
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from tollway.audit.events import content_deleted
 from tollway.audit.store import AuditStore, RequestRecord
 from tollway.content.base import ContentError, ContentRef, ContentStore
-from tollway.export.audit import ExportAudit
+from tollway.export.audit import ExportAudit, name_based_event_id
 
 __all__ = ["DeletionReport", "delete_content", "records_before"]
 
@@ -35,14 +34,6 @@ class DeletionReport:
     """Requests with no content, or already recorded as deleted."""
     not_found: list[str] = field(default_factory=list)
     """Request ids the audit store does not hold."""
-
-
-def _event_id(request_id: str, key: str) -> str:
-    h = bytearray(hashlib.sha256(f"content_deleted\n{request_id}\n{key}".encode()).digest()[:16])
-    h[6] = 0x80 | (h[6] & 0x0F)  # RFC 9562 version 8: name-based
-    h[8] = 0x80 | (h[8] & 0x3F)
-    x = h.hex()
-    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
 def records_before(store: AuditStore, before_ms: int, since_ms: int = 0) -> Iterator[RequestRecord]:
@@ -80,7 +71,9 @@ async def delete_content(
             reason=reason,
             existed=existed,
         )
-        audit.send(dataclasses.replace(event, event_id=_event_id(record.request_id, ref.key)))
+        audit.send(
+            dataclasses.replace(event, event_id=name_based_event_id("content_deleted", record.request_id, ref.key))
+        )
         if existed:
             report.deleted += 1
         else:

@@ -65,6 +65,7 @@ from tollway.providers.openai_chat import (
     retry_after,
     status_category,
     str_or_none,
+    tool_arguments,
     truncated,
 )
 from tollway.wire import SseEvent, UpstreamRequest
@@ -282,7 +283,7 @@ def _blocks(m: Message) -> list[dict[str, Any]]:
         return [result]
     blocks = _content_blocks(m.content)
     for call in m.tool_calls or ():
-        block = {"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call)}
+        block = {"type": "tool_use", "id": call.id, "name": call.name, "input": tool_arguments(call)}
         if call.cache_control is not None:
             block["cache_control"] = _cache_control(call.cache_control)
         blocks.append(block)
@@ -325,20 +326,6 @@ def _image_source(url: str) -> dict[str, str]:
     if url.startswith(("https://", "http://")):
         return {"type": "url", "url": url}
     raise InvalidRequest("An image URL must be an http(s) URL or a base64 data URL.", param="messages")
-
-
-def _tool_input(call: ToolCall) -> dict[str, Any]:
-    """The call's arguments as an object. Empty arguments mean no arguments: some
-    OpenAI-compatible servers emit ``""`` for a tool without parameters."""
-    if not call.arguments.strip():
-        return {}
-    try:
-        value = orjson.loads(call.arguments)
-    except orjson.JSONDecodeError:
-        value = None
-    if not isinstance(value, dict):
-        raise InvalidRequest(f"The arguments of tool call {call.id!r} must be a JSON object.", param="messages")
-    return value
 
 
 def _tool(tool: ToolDefinition) -> dict[str, Any]:

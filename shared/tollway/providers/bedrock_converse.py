@@ -67,6 +67,7 @@ from tollway.providers.openai_chat import (
     refine_category,
     retry_after,
     status_category,
+    tool_arguments,
     truncated,
 )
 from tollway.wire import UpstreamRequest
@@ -276,7 +277,7 @@ def _blocks(m: Message) -> list[dict[str, Any]]:
         return [{"toolResult": {"toolUseId": m.tool_call_id, "content": content}}]
     blocks = _content_blocks(m.content)
     for call in m.tool_calls or ():
-        blocks.append({"toolUse": {"toolUseId": call.id, "name": call.name, "input": _tool_input(call)}})
+        blocks.append({"toolUse": {"toolUseId": call.id, "name": call.name, "input": tool_arguments(call)}})
     return blocks
 
 
@@ -325,19 +326,6 @@ def _image(url: str) -> dict[str, Any]:
             "Image URLs are not supported by this model; send the image as a base64 data URL.", param="messages"
         )
     raise InvalidRequest("An image URL must be an http(s) URL or a base64 data URL.", param="messages")
-
-
-def _tool_input(call: ToolCall) -> dict[str, Any]:
-    """The call's arguments as an object; empty arguments mean none (as in the Anthropic codec)."""
-    if not call.arguments.strip():
-        return {}
-    try:
-        value = orjson.loads(call.arguments)
-    except orjson.JSONDecodeError:
-        value = None
-    if not isinstance(value, dict):
-        raise InvalidRequest(f"The arguments of tool call {call.id!r} must be a JSON object.", param="messages")
-    return value
 
 
 def _tool(tool: ToolDefinition) -> dict[str, Any]:

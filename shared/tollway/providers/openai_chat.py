@@ -510,6 +510,21 @@ def clip(text: str) -> str:
     return text if len(text) <= _DETAIL_LIMIT else text[: _DETAIL_LIMIT - 1] + "…"
 
 
+def tool_arguments(call: ToolCall) -> dict[str, Any]:
+    """A tool call's arguments as the object the formats that nest them want (Anthropic's
+    ``input``, Gemini's ``args``, Bedrock's ``input``). Empty arguments mean no arguments: some
+    OpenAI-compatible servers emit ``""`` for a tool without parameters."""
+    if not call.arguments.strip():
+        return {}
+    try:
+        value = orjson.loads(call.arguments)
+    except orjson.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"The arguments of tool call {call.id!r} must be a JSON object.", param="messages")
+    return value
+
+
 def load_object(data: bytes | str, *, status: int | None, what: str) -> dict[str, Any]:
     """Parse a JSON object, or report the body as malformed (without quoting it)."""
     try:

@@ -26,8 +26,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
 from tollway.canonical import (
     CanonicalRequest,
     ContentPart,
@@ -35,11 +33,11 @@ from tollway.canonical import (
     Message,
     ResponseFormat,
     TextPart,
-    ToolCall,
     ToolChoice,
     ToolDefinition,
 )
 from tollway.exceptions import InvalidRequest, UnsupportedParameter
+from tollway.providers.openai_chat import tool_arguments
 
 __all__ = ["encode_body"]
 
@@ -106,7 +104,7 @@ def _conversation(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
             role, parts = "model", _parts(m.content)
             for call in m.tool_calls or ():
                 names[call.id] = call.name
-                parts.append({"functionCall": {"name": call.name, "args": _args(call)}})
+                parts.append({"functionCall": {"name": call.name, "args": tool_arguments(call)}})
         else:
             role, parts = "user", _parts(m.content)
         if not parts:
@@ -159,19 +157,6 @@ def _function_response(m: Message, names: Mapping[str, str]) -> dict[str, Any]:
     if isinstance(m.content, list) and any(type(p) is not TextPart for p in m.content):
         raise UnsupportedParameter("Images in tool results are not supported by this model.", param="messages")
     return {"functionResponse": {"name": name, "response": {"content": m.text()}}}
-
-
-def _args(call: ToolCall) -> dict[str, Any]:
-    """The call's arguments as an object; empty arguments mean none (as in the Anthropic codec)."""
-    if not call.arguments.strip():
-        return {}
-    try:
-        value = orjson.loads(call.arguments)
-    except orjson.JSONDecodeError:
-        value = None
-    if not isinstance(value, dict):
-        raise InvalidRequest(f"The arguments of tool call {call.id!r} must be a JSON object.", param="messages")
-    return value
 
 
 def _declaration(tool: ToolDefinition) -> dict[str, Any]:
