@@ -23,7 +23,8 @@ EMAIL = "canary.person@example.org"
 CARD = "4111 1111 1111 1111"
 IBAN = "GB82 WEST 1234 5698 7654 32"
 PROMPT = f"Contact {EMAIL} about card {CARD} and IBAN {IBAN}; again: {EMAIL}."
-CANARIES = (EMAIL, "4111", "GB82")
+# Whole values, spaced or compact: a short prefix such as "4111" also occurs by chance in hex ids.
+CANARIES = (EMAIL, CARD, CARD.replace(" ", ""), IBAN, IBAN.replace(" ", ""))
 
 
 @pytest.fixture
