@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import itertools
 import os
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,7 @@ from tollway.routing.strategies import (
 )
 from tollway.secrets import SecretResolver
 from tollway.transport import Transport, TransportSettings, build_transport
-from tollway.transport.base import TransportFactory
+from tollway.transport.base import ProxySettings, TransportFactory, basic_proxy_authorization
 from tollway.transport.sigv4 import RequestSigner, Signer, botocore_credentials
 
 if TYPE_CHECKING:
@@ -160,6 +161,40 @@ def _signer(provider: ProviderConfig, path: str) -> Signer | None:
         return None
     where = f"{path}.awsProfile" if provider.awsProfile else path
     return RequestSigner(botocore_credentials(provider.awsProfile, path=where), provider.awsRegion)
+
+
+def _proxy(provider: ProviderConfig, resolver: SecretResolver, path: str) -> ProxySettings | None:
+    """The provider's proxy, with its ``Proxy-Authorization`` value when it has credentials."""
+    if provider.proxyUrl is None:
+        return None
+    ref = provider.proxyCredentialsSecretRef
+    if ref is None:
+        return ProxySettings(provider.proxyUrl)
+    where = f"{path}.proxyCredentialsSecretRef"
+    credentials = resolver.resolve(ref, where).reveal()
+    user, colon, _ = credentials.partition(":")
+    if not colon or not user:
+        raise ConfigError([ConfigIssue(where, "the secret must have the form user:password")])
+    return ProxySettings(provider.proxyUrl, basic_proxy_authorization(credentials))
+
+
+def _ca_bundle(provider: ProviderConfig, config_dir: Path | None, path: str) -> tuple[str, ssl.SSLContext, str] | None:
+    """The provider's CA bundle: its path, the verifying context built from it once, here, and a
+    digest of its bytes (a reload after the file changed builds a new transport)."""
+    if provider.caBundle is None:
+        return None
+    where = f"{path}.caBundle"
+    bundle = Path(provider.caBundle).expanduser()
+    if not bundle.is_absolute() and config_dir is not None:
+        bundle = config_dir / bundle
+    try:
+        digest = hashlib.sha256(bundle.read_bytes()).hexdigest()
+        context = ssl.create_default_context(cafile=str(bundle))
+    except OSError as exc:
+        if isinstance(exc, ssl.SSLError):
+            raise ConfigError([ConfigIssue(where, f"{bundle} holds no PEM CA certificate that loads")]) from None
+        raise ConfigError([ConfigIssue(where, f"{bundle} cannot be read ({type(exc).__name__})")]) from None
+    return str(bundle), context, digest
 
 
 def _content_policy(model: ModelConfig, cfg: RouterConfig) -> ContentPolicy | None:
@@ -322,6 +357,8 @@ class Publisher:
             fmt = formats.get(pid) or _DEFAULT_FORMAT.get(provider.type, ProviderFormat.OPENAI_CHAT)
             path = f"providers.{pid}"
             auth = _auth_headers(provider, fmt, self.resolver, path)
+            proxy = _proxy(provider, self.resolver, path)
+            bundle = _ca_bundle(provider, self.config_dir, path)
             settings = TransportSettings(
                 base_url=provider.baseUrl,
                 connect_timeout_s=provider.connectTimeoutMs / 1000,
@@ -331,11 +368,21 @@ class Publisher:
                 max_connections=provider.maxConnections,
                 max_response_bytes=cfg.maxResponseBodyBytes,
                 trace_connect=cfg.audit.sink.type != "none",  # per-attempt connect timing is audit data
+                proxy=proxy,
+                ca_bundle=bundle[0] if bundle is not None else None,
+                ssl_context=bundle[1] if bundle is not None else None,
             )
             signer = _signer(provider, path)
             signing = (provider.awsRegion, provider.awsProfile) if signer is not None else None
+            # The settings' repr names the proxy and the bundle's path; what they hold enters as
+            # digests: the proxy credential's, and the bundle's bytes.
+            proxy_auth = proxy.authorization if proxy is not None else None
+            egress = (
+                hashlib.sha256(proxy_auth.encode()).hexdigest() if proxy_auth is not None else None,
+                bundle[2] if bundle is not None else None,
+            )
             fingerprint = hashlib.sha256(
-                repr((cfg.httpClient, settings, sorted(auth.items()), signing)).encode()
+                repr((cfg.httpClient, settings, sorted(auth.items()), signing, egress)).encode()
             ).hexdigest()
             cached = self._transports.get(pid)
             if cached is not None and cached[0] == fingerprint:

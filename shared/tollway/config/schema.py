@@ -18,6 +18,7 @@ __all__ = [
     "CanaryConfig",
     "CanarySplitConfig",
     "CircuitBreakerConfig",
+    "ConformanceConfig",
     "ContentConfig",
     "ContentStoreConfig",
     "CorsConfig",
@@ -56,7 +57,7 @@ class CredentialConfig(_Model):
 
 
 class ProviderConfig(_Model):
-    type: Literal["openai", "anthropic", "openai-compatible", "gemini", "bedrock"]
+    type: Literal["openai", "anthropic", "openai-compatible", "gemini", "vertex", "bedrock"]
     baseUrl: str
     """Required, except for ``bedrock``: there it defaults to ``https://bedrock-runtime.{awsRegion}.amazonaws.com``."""
     providerAccountId: str | None = None
@@ -79,6 +80,20 @@ class ProviderConfig(_Model):
     awsProfile: str | None = None
     """``bedrock`` only: the shared-config profile whose credentials sign requests; by default
     botocore's chain (environment, shared files, the container's or the instance's role)."""
+    gcpProject: str | None = None
+    """``vertex`` only: the Google Cloud project whose Vertex AI endpoint serves the models."""
+    gcpLocation: str | None = None
+    """``vertex`` only: the Vertex AI location (``us-central1``, ``europe-west4``, ``global``)."""
+    proxyUrl: str | None = None
+    """An HTTPS proxy this provider's connections tunnel through with ``CONNECT``
+    (``http://host:port``, or ``https://host:port`` for TLS to the proxy itself). It never carries
+    credentials: those come from ``proxyCredentialsSecretRef``."""
+    proxyCredentialsSecretRef: str | None = None
+    """A secret reference (``env:NAME``, ``aws-sm:<id>[#key]``) whose value is ``user:password``,
+    sent to the proxy as ``Proxy-Authorization: Basic`` on ``CONNECT``."""
+    caBundle: str | None = None
+    """A PEM file of the CA certificates this provider's TLS (and an ``https`` proxy's) is verified
+    against, instead of the system's trust store."""
 
     @model_validator(mode="before")
     @classmethod
@@ -114,6 +129,8 @@ class RouteConfig(_Model):
     only to routes that declare a larger one."""
     publicModel: str | None = None
     """What a response's ``model`` says under ``responseModel: route``; defaults to the route id."""
+    requireConformance: bool | None = None
+    """Overrides ``conformance.requireConformance`` for this route."""
 
 
 class ModelConfig(_Model):
@@ -322,6 +339,19 @@ class PricingConfig(_Model):
     """``$TOLLWAY_BUCKET_PRICING`` on AWS; a snapshot there replaces the files' prices when it loads."""
     prefix: str = "pricing"
     refreshIntervalMs: int = Field(default=60000, ge=1000)
+
+
+class ConformanceConfig(_Model):
+    """Conformance results per deployment (docs/conformance.md): what ``tollway conformance run``
+    found each provider deployment can actually do, and whether publication requires it."""
+
+    results: str = ""
+    """Where results are kept: a directory, or ``s3://bucket/prefix``. Empty: ``$TOLLWAY_CONFORMANCE_RESULTS``
+    if set, else ``.tollway/conformance``."""
+    requireConformance: bool = False
+    """Publication requires, for every route (unless the route says otherwise), a passing result no
+    older than ``maxAgeHours`` for each capability the route declares."""
+    maxAgeHours: int = Field(default=168, ge=1, le=24 * 366)
 
 
 class GovernanceConfig(_Model):
@@ -582,5 +612,6 @@ class RouterConfig(_Model):
     governance: GovernanceConfig = Field(default_factory=GovernanceConfig)
     pii: PiiConfig = Field(default_factory=PiiConfig)
     content: ContentConfig = Field(default_factory=ContentConfig)
+    conformance: ConformanceConfig = Field(default_factory=ConformanceConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     """Fixed at start: a reload does not change it."""

@@ -240,6 +240,7 @@ def _check_provider(path: str, provider: ProviderConfig, request_timeout_ms: int
                 f"{path}.{field}", "required: every deployment needs a provider account and quota group identity"
             )
     _check_credentials(path, provider, issues)
+    _check_egress(path, provider, issues)
     issues.positive(f"{path}.connectTimeoutMs", provider.connectTimeoutMs)
     issues.positive(f"{path}.requestTimeoutMs", provider.requestTimeoutMs)
     issues.positive(f"{path}.maxConnections", provider.maxConnections, "the connection pool must be bounded")
@@ -255,6 +256,24 @@ def _check_provider(path: str, provider: ProviderConfig, request_timeout_ms: int
             f"exceeds the global requestTimeoutMs ({request_timeout_ms}), which bounds every attempt: "
             f"the per-read timeout in effect is {request_timeout_ms}",
         )
+
+
+def _check_egress(path: str, provider: ProviderConfig, issues: _Issues) -> None:
+    """The proxy and CA bundle. Whether the bundle's file exists and loads is known only where the
+    gateway runs: publication checks it (``tollway.config.root``)."""
+    if provider.proxyUrl is not None:
+        problem = _proxy_url_problem(provider.proxyUrl)
+        if problem:
+            issues.add(f"{path}.proxyUrl", problem)
+    ref = provider.proxyCredentialsSecretRef
+    if ref is not None:
+        problem = _secret_ref_problem(ref)
+        if problem:
+            issues.add(f"{path}.proxyCredentialsSecretRef", problem)
+        if provider.proxyUrl is None:
+            issues.add(f"{path}.proxyCredentialsSecretRef", "requires proxyUrl: there is no proxy to send them to")
+    if provider.caBundle is not None and not provider.caBundle.strip():
+        issues.add(f"{path}.caBundle", "must be the path of a PEM file of CA certificates")
 
 
 _AWS_REGION = re.compile(r"[a-z]{2}(?:-[a-z]+)+-\d{1,2}")
@@ -336,6 +355,18 @@ def _base_url_problem(url: str, allow_insecure_http: bool) -> str | None:
     if "?" in url:
         return "must not contain a query string"
     host = (parts.hostname or "").rstrip(".").lower()
+    problem = _host_problem(host)
+    if problem:
+        return problem
+    ip = _host_ip(host)
+    loopback = host == "localhost" or (ip is not None and ip.is_loopback)
+    if scheme == "http" and not loopback and not allow_insecure_http:
+        return "plain http is only allowed for loopback hosts; use https or set allowInsecureHttp: true"
+    return None
+
+
+def _host_problem(host: str) -> str | None:
+    """Why ``host`` is no host to connect to, or None."""
     if not host:
         return "has no host"
     ip = _host_ip(host)
@@ -345,9 +376,30 @@ def _base_url_problem(url: str, allow_insecure_http: bool) -> str | None:
         return "points at a link-local or cloud metadata address"
     if ip is not None and ip.is_unspecified:
         return "points at an unspecified address"
-    loopback = host == "localhost" or (ip is not None and ip.is_loopback)
-    if scheme == "http" and not loopback and not allow_insecure_http:
-        return "plain http is only allowed for loopback hosts; use https or set allowInsecureHttp: true"
+    return None
+
+
+def _proxy_url_problem(url: str) -> str | None:
+    """Why ``url`` is not ``http(s)://host:port`` of a proxy, or None. Never quotes the URL: a
+    mistaken one may carry a password."""
+    if any(ch in "{}$" or ch.isspace() for ch in url):
+        return "contains '{', '}', '$' or whitespace; a proxy URL is fixed, never templated"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "is not a valid URL"
+    if parts.scheme.lower() not in ("http", "https"):
+        return "scheme must be http or https (https: TLS to the proxy itself)"
+    if "@" in parts.netloc:
+        return "must not contain user info (user:pass@); put the credentials in proxyCredentialsSecretRef"
+    if parts.path not in ("", "/") or "?" in url or "#" in url:
+        return "must be only scheme, host and port (no path, query string or fragment)"
+    problem = _host_problem((parts.hostname or "").rstrip(".").lower())
+    if problem:
+        return problem
+    if port is None:
+        return "must name the proxy's port (http://host:port)"
     return None
 
 

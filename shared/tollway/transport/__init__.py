@@ -5,9 +5,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from tollway.transport.base import Signer, Transport, TransportSettings, UpstreamStream
+from tollway.transport.base import (
+    ProxySettings,
+    Signer,
+    Transport,
+    TransportSettings,
+    UpstreamStream,
+    basic_proxy_authorization,
+)
 
-__all__ = ["HttpClient", "Signer", "Transport", "TransportSettings", "UpstreamStream", "build_transport"]
+__all__ = [
+    "HttpClient",
+    "ProxySettings",
+    "Signer",
+    "Transport",
+    "TransportSettings",
+    "UpstreamStream",
+    "basic_proxy_authorization",
+    "build_transport",
+]
 
 HttpClient = Literal["h1", "aiohttp", "httpx"]
 

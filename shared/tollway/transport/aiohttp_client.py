@@ -4,11 +4,20 @@ The session is created on first use inside the running event loop (aiohttp binds
 its loop), and keeps no cookies: one session serves every tenant. A streamed response that was
 read to its end goes back to the pool; one abandoned midway (client disconnect, error) closes
 its connection, which is what cancels the upstream call.
+
+A deployment behind a proxy passes it with each request (``proxy=``, and its
+``Proxy-Authorization`` as a proxy header, which aiohttp sends on ``CONNECT`` only); the
+connector keys its pool by proxy, so a pooled connection is its tunnel. A plain ``http://``
+provider is not tunnelled by aiohttp but sent to the proxy in absolute form, and aiohttp sends
+proxy headers on ``CONNECT`` alone, so there ``Proxy-Authorization`` is one of the request's
+headers. The CA bundle's context is the connector's, and verifies an ``https`` proxy too.
+``trust_env`` stays off: no proxy comes from the environment.
 """
 
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from contextvars import ContextVar, Token
@@ -18,7 +27,7 @@ import aiohttp
 import yarl
 
 from tollway.exceptions import UpstreamCategory, UpstreamError
-from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, Signer, TransportSettings
+from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, Signer, TransportSettings, verify_context
 from tollway.wire import UpstreamRequest
 
 __all__ = ["AiohttpStream", "AiohttpTransport", "map_aiohttp_error"]
@@ -61,6 +70,12 @@ def map_aiohttp_error(exc: BaseException) -> UpstreamError:
     """The most specific ``UpstreamError`` for an aiohttp failure (never includes the URL)."""
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return UpstreamError(UpstreamCategory.CONNECT, detail="connect timeout")
+    if isinstance(exc, aiohttp.ClientHttpProxyError):  # its message and headers are the proxy's: not repeated
+        if exc.status == 407:
+            return UpstreamError(UpstreamCategory.CONNECT, detail="proxy authentication required (407)")
+        return UpstreamError(UpstreamCategory.CONNECT, detail=f"proxy refused the tunnel ({exc.status})")
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return UpstreamError(UpstreamCategory.CONNECT, detail="TLS handshake failed")
     if isinstance(exc, aiohttp.ClientConnectorError):
         return UpstreamError(UpstreamCategory.CONNECT, detail="connect failed")
     if isinstance(exc, aiohttp.ServerTimeoutError | TimeoutError):
@@ -109,6 +124,15 @@ class AiohttpTransport:
         self._encoded: dict[str, yarl.URL] = {}
         self._auth = dict(auth_headers)
         self._session: aiohttp.ClientSession | None = None
+        self._ssl = verify_context(settings)
+        proxy = settings.proxy
+        self._proxy = proxy.url if proxy is not None else None
+        self._proxy_headers: dict[str, str] | None = None
+        if proxy is not None and proxy.authorization:
+            if urllib.parse.urlsplit(settings.base_url).scheme == "https":
+                self._proxy_headers = {"Proxy-Authorization": proxy.authorization}
+            else:
+                self._auth["Proxy-Authorization"] = proxy.authorization
         self._buffered_timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=settings.connect_timeout_s, sock_read=settings.request_timeout_s
         )
@@ -125,7 +149,12 @@ class AiohttpTransport:
         session = self._session
         if session is None or session.closed:
             factory = _TimedConnector if self.settings.trace_connect else aiohttp.TCPConnector
-            connector = factory(limit=self.settings.max_connections, keepalive_timeout=30.0, ttl_dns_cache=300)
+            connector = factory(
+                limit=self.settings.max_connections,
+                keepalive_timeout=30.0,
+                ttl_dns_cache=300,
+                ssl=self._ssl if self._ssl is not None else True,
+            )
             session = aiohttp.ClientSession(
                 connector=connector,
                 cookie_jar=aiohttp.DummyCookieJar(),
@@ -171,6 +200,8 @@ class AiohttpTransport:
                 url,
                 data=req.body,
                 headers=sent,
+                proxy=self._proxy,
+                proxy_headers=self._proxy_headers,
                 timeout=self._buffered_timeout,
                 allow_redirects=False,
             ) as resp:
@@ -194,6 +225,8 @@ class AiohttpTransport:
                 url,
                 data=req.body,
                 headers=headers,
+                proxy=self._proxy,
+                proxy_headers=self._proxy_headers,
                 timeout=self._stream_timeout,
                 allow_redirects=False,
             )

@@ -29,16 +29,28 @@ What it does, and nothing more:
   A buffered response over ``max_response_bytes`` fails as ``MALFORMED``. A stream's chunks are
   queued as they arrive; above 256 KiB queued (a slow client) the socket stops being read until
   the consumer catches up, so memory stays bounded.
-- **Timeouts.** Connect: ``connect_timeout_s`` for TCP (and TLS). Buffered: the whole response
-  within ``request_timeout_s``. Streamed: headers, then each chunk, within
-  ``min(stream_idle_timeout_s, request_timeout_s)`` of the last one, checked by one timer per
-  period, not one per chunk; time the consumer spends not reading does not count.
+- **Timeouts.** Connect: ``connect_timeout_s`` for TCP (and TLS), through the proxy's tunnel
+  when there is one. Buffered: the whole response within ``request_timeout_s``. Streamed:
+  headers, then each chunk, within ``min(stream_idle_timeout_s, request_timeout_s)`` of the last
+  one, checked by one timer per period, not one per chunk; time the consumer spends not reading
+  does not count.
 - **Cancellation.** A cancelled call aborts its connection: that is what cancels the upstream
   call. A stream left without an error before its end (after its last event, say) first gets
   50 ms to deliver the rest, so a connection whose chunked terminator was in flight is reused;
   then it is aborted.
-- **TLS.** ``https://`` base URLs use the system's default trust store and verify the host name,
-  offering only ``http/1.1`` in ALPN. No proxies from the environment, no cookies, no redirects.
+- **TLS.** ``https://`` base URLs verify the host name against the system's default trust
+  store, or against the deployment's CA bundle (``TransportSettings.ssl_context``) when it has
+  one, offering only ``http/1.1`` in ALPN. No proxies from the environment, no cookies, no
+  redirects.
+- **Proxy.** With ``TransportSettings.proxy`` every connection is a tunnel: TCP to the proxy (TLS
+  for an ``https`` proxy, verified like the provider), ``CONNECT host:port`` with ``Host`` and, when
+  configured, ``Proxy-Authorization``; the proxy's answer is read within the connect timeout and
+  at most 16 KiB of it. A non-2xx answer fails the connection as a connect failure (so routing may
+  fall back), never quoting the credential; a 2xx one is followed by TLS to the provider over the
+  tunnel, with the provider's host name for SNI and verification. A plain ``http://`` provider
+  is tunnelled with ``CONNECT`` as well rather than sent to the proxy in absolute form: one path
+  for both, and the request head stays the provider's. A pooled connection is its tunnel, so
+  reusing one sends no second ``CONNECT``.
 """
 
 from __future__ import annotations
@@ -57,7 +69,14 @@ from typing import Any, Final
 import httptools
 
 from tollway.exceptions import UpstreamCategory, UpstreamError
-from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, Signer, TransportSettings, read_prefix
+from tollway.transport.base import (
+    MAX_ERROR_BODY,
+    ConnectTiming,
+    Signer,
+    TransportSettings,
+    read_prefix,
+    verify_context,
+)
 from tollway.wire import UpstreamRequest
 
 __all__ = ["H1Stream", "H1Transport"]
@@ -74,6 +93,9 @@ _FORBIDDEN: Final = frozenset("\r\n\0")
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 """An HTTP field name (RFC 9110 token)."""
 _CONNECTION_LOST: Final = "connection lost"
+_PROXY_HEAD_MAX: Final = 16 * 1024
+"""The most bytes of a proxy's answer to ``CONNECT`` read before it is refused."""
+_PROXY_STATUS: Final = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?:[ \r]|$)")
 
 
 class _Extra(Exception):
@@ -102,6 +124,53 @@ def _error(exc: BaseException, status: int | None = None) -> UpstreamError:
     if isinstance(exc, httptools.HttpParserError):
         return UpstreamError(UpstreamCategory.SERVER, detail=f"{_CONNECTION_LOST} (malformed response)")
     return UpstreamError(UpstreamCategory.SERVER, detail=f"{_CONNECTION_LOST} ({type(exc).__name__})")
+
+
+class _ProxyAnswer(asyncio.Protocol):
+    """A proxy connection until the head of its answer to ``CONNECT``; then the tunnel is handed on."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.head: asyncio.Future[bytes] = loop.create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports do not subclass asyncio's
+
+    def data_received(self, data: bytes) -> None:
+        if self.head.done():
+            return
+        self.buffer += data
+        end = self.buffer.find(b"\r\n\r\n")
+        if end >= 0:
+            if self.transport is not None:
+                self.transport.pause_reading()  # the tunnel's next reader resumes it
+            self.head.set_result(bytes(self.buffer[: end + 4]))
+        elif len(self.buffer) > _PROXY_HEAD_MAX:
+            self.head.set_exception(_Failure(UpstreamCategory.CONNECT, "proxy answer to CONNECT too large"))
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.head.done():
+            self.head.set_exception(_Failure(UpstreamCategory.CONNECT, "proxy closed the connection"))
+
+
+def _proxy_refusal(answer: bytes, buffered: int) -> _Failure | None:
+    """Why a proxy's answer to ``CONNECT`` opened no tunnel, or ``None`` when it did. Only its
+    status is used: the rest of a proxy's answer is not ours to repeat."""
+    match = _PROXY_STATUS.match(answer)
+    if match is None:
+        return _Failure(UpstreamCategory.CONNECT, "proxy answered CONNECT with a malformed response")
+    status = int(match.group(1))
+    if status == 407:
+        return _Failure(UpstreamCategory.CONNECT, "proxy authentication required (407)")
+    if not 200 <= status < 300:
+        return _Failure(UpstreamCategory.CONNECT, f"proxy refused the tunnel ({status})")
+    if buffered > len(answer):  # the provider cannot have spoken yet: not a tunnel we understand
+        return _Failure(UpstreamCategory.CONNECT, "proxy sent data after its answer to CONNECT")
+    return None
 
 
 class _Connection(asyncio.Protocol):
@@ -318,7 +387,23 @@ class H1Transport:
         self._origin = f"{parts.scheme}://{self._authority}"
         self._auth = [_check_header(k, v) for k, v in auth_headers.items()]
         self._heads: dict[int, _Head] = {}
-        self._ssl: ssl.SSLContext | None = None
+        self._ssl: ssl.SSLContext | None = verify_context(settings)
+        if self._ssl is not None:
+            self._ssl.set_alpn_protocols(["http/1.1"])
+        self._proxy: tuple[str, int, bool] | None = None
+        """The proxy's host, port and whether it speaks TLS."""
+        self._connect_head = b""
+        if settings.proxy is not None:
+            proxy = urllib.parse.urlsplit(settings.proxy.url)
+            if proxy.scheme not in ("http", "https") or not proxy.hostname:
+                raise ValueError("the h1 transport needs an http:// or https:// proxy URL with a host")
+            proxy_tls = proxy.scheme == "https"
+            self._proxy = (proxy.hostname, proxy.port or (443 if proxy_tls else 80), proxy_tls)
+            target = f"{host}:{self._port}"
+            lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"]
+            if settings.proxy.authorization is not None:
+                lines.append("{}: {}".format(*_check_header("Proxy-Authorization", settings.proxy.authorization)))
+            self._connect_head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: list[_Connection] = []
         self._closed = False
@@ -434,15 +519,20 @@ class H1Transport:
                 waiter.set_result(None)
                 return
 
+    def _context(self) -> ssl.SSLContext:
+        """The verifying context: the deployment's CA bundle, else the system's trust store."""
+        tls = self._ssl
+        if tls is None:
+            tls = self._ssl = ssl.create_default_context()
+            tls.set_alpn_protocols(["http/1.1"])
+        return tls
+
     async def _connect(self, loop: asyncio.AbstractEventLoop, deadline: float) -> _Connection:
-        tls: ssl.SSLContext | None = None
-        if self._tls:
-            tls = self._ssl
-            if tls is None:
-                tls = self._ssl = ssl.create_default_context()
-                tls.set_alpn_protocols(["http/1.1"])
+        tls = self._context() if self._tls else None
         try:
             async with asyncio.timeout_at(deadline):
+                if self._proxy is not None:
+                    return await self._tunnel(loop, self._proxy, tls)
                 _, conn = await loop.create_connection(
                     lambda: _Connection(loop),
                     self._host,
@@ -456,6 +546,40 @@ class H1Transport:
             raise _Failure(UpstreamCategory.CONNECT, "TLS handshake failed") from None
         except OSError:
             raise _Failure(UpstreamCategory.CONNECT, "connect failed") from None
+        return conn
+
+    async def _tunnel(
+        self, loop: asyncio.AbstractEventLoop, proxy: tuple[str, int, bool], tls: ssl.SSLContext | None
+    ) -> _Connection:
+        """A connection to the provider through the proxy: ``CONNECT``, then TLS over the tunnel."""
+        host, port, proxy_tls = proxy
+        transport, answer = await loop.create_connection(
+            lambda: _ProxyAnswer(loop),
+            host,
+            port,
+            ssl=self._context() if proxy_tls else None,
+            server_hostname=host if proxy_tls else None,
+        )
+        try:
+            transport.write(self._connect_head)
+            head = await answer.head
+            refusal = _proxy_refusal(head, len(answer.buffer))
+            if refusal is not None:
+                raise refusal
+            conn = _Connection(loop)
+            if tls is None:
+                transport.set_protocol(conn)
+                conn.connection_made(transport)
+                transport.resume_reading()
+            else:
+                # start_tls does not call connection_made on the protocol it is given
+                tunnelled = await loop.start_tls(transport, conn, tls, server_hostname=self._host)
+                if tunnelled is None:
+                    raise _Failure(UpstreamCategory.CONNECT, "TLS handshake failed")
+                conn.connection_made(tunnelled)
+        except BaseException:
+            transport.abort()
+            raise
         return conn
 
     def _release(self, conn: _Connection) -> None:

@@ -3,11 +3,19 @@
 A ``ProviderTransport`` is built when a root is published and reused by every request that
 routes to its deployment. It owns the base URL and the credential headers; codecs only ever
 see relative paths, and nothing the client sends can change either.
+
+Behind a proxy the client's transport is an ``httpx.AsyncHTTPTransport`` with ``proxy=``: httpcore
+tunnels ``https://`` providers with ``CONNECT`` (``Proxy-Authorization`` on it only) and reuses a
+tunnel as a pooled connection; a plain ``http://`` provider is sent to the proxy in absolute form,
+with the header on each request. The CA bundle's context verifies the provider and an ``https``
+proxy. ``trust_env`` stays off: no proxy comes from the environment.
 """
 
 from __future__ import annotations
 
+import ssl
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -17,7 +25,15 @@ from typing import Any
 import httpx
 
 from tollway.exceptions import UpstreamCategory, UpstreamError
-from tollway.transport.base import MAX_ERROR_BODY, ConnectTiming, Signer, TransportSettings, read_prefix
+from tollway.transport.base import (
+    MAX_ERROR_BODY,
+    ConnectTiming,
+    ProxySettings,
+    Signer,
+    TransportSettings,
+    read_prefix,
+    verify_context,
+)
 from tollway.wire import UpstreamRequest
 
 __all__ = ["ProviderTransport", "UpstreamResponse", "map_http_error"]
@@ -40,6 +56,10 @@ class UpstreamResponse:
         return await read_prefix(self._response.aiter_bytes(), limit)
 
 
+_CONNECTED = frozenset({"connection.connect_tcp.complete", "connection.start_tls.complete", "proxy.start_tls.complete"})
+"""The last step of a connection's set-up: TCP, TLS, or TLS to the provider through a proxy's tunnel."""
+
+
 class _ConnectTrace:
     """httpcore's ``trace`` extension: connection set-up time into a ``ConnectTiming``."""
 
@@ -52,10 +72,22 @@ class _ConnectTrace:
     async def __call__(self, name: str, info: Mapping[str, Any]) -> None:
         if name == "connection.connect_tcp.started":
             self._started = time.monotonic()
-        elif name in ("connection.connect_tcp.complete", "connection.start_tls.complete") and self._started:
+        elif name in _CONNECTED and self._started:
             self._timing.connect_s = time.monotonic() - self._started
         elif name.endswith("send_request_headers.started") and self._timing.connect_s is None:
             self._timing.connect_s = 0.0  # a pooled connection, reused
+
+
+def _from_tls(exc: BaseException) -> bool:
+    """The failure was TLS's (httpx wraps httpcore's error, which wraps the ``ssl`` one)."""
+    cause: BaseException | None = exc
+    for _ in range(4):
+        if cause is None:
+            return False
+        if isinstance(cause, ssl.SSLError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def map_http_error(exc: BaseException) -> UpstreamError:
@@ -67,12 +99,40 @@ def map_http_error(exc: BaseException) -> UpstreamError:
     if isinstance(exc, httpx.TimeoutException):
         return UpstreamError(UpstreamCategory.TIMEOUT, detail=type(exc).__name__)
     if isinstance(exc, httpx.ConnectError):
+        if _from_tls(exc):
+            return UpstreamError(UpstreamCategory.CONNECT, detail="TLS handshake failed")
         return UpstreamError(UpstreamCategory.CONNECT, detail="connect failed")
+    if isinstance(exc, httpx.ProxyError):  # httpcore's message is the proxy's status line: only the code is kept
+        code = str(exc).split(" ", 1)[0]
+        if code == "407":
+            return UpstreamError(UpstreamCategory.CONNECT, detail="proxy authentication required (407)")
+        status = code if code.isdigit() and len(code) == 3 else "no status"
+        return UpstreamError(UpstreamCategory.CONNECT, detail=f"proxy refused the tunnel ({status})")
     if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
         return UpstreamError(UpstreamCategory.SERVER, detail=f"connection lost ({type(exc).__name__})")
     if isinstance(exc, TimeoutError):
         return UpstreamError(UpstreamCategory.TIMEOUT, detail="request deadline")
     return UpstreamError(UpstreamCategory.SERVER, detail=type(exc).__name__)
+
+
+def _pool(settings: TransportSettings, limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
+    """The connection pool: direct, or through the deployment's proxy; verified by its CA bundle."""
+    tls = verify_context(settings)
+    return httpx.AsyncHTTPTransport(
+        verify=tls if tls is not None else True,
+        limits=limits,
+        trust_env=False,
+        proxy=_proxy(settings.proxy, tls),
+    )
+
+
+def _proxy(proxy: ProxySettings | None, tls: ssl.SSLContext | None) -> httpx.Proxy | None:
+    if proxy is None:
+        return None
+    headers = {"Proxy-Authorization": proxy.authorization} if proxy.authorization else None
+    # httpcore takes a context for the proxy's own TLS only when it speaks TLS
+    proxy_tls = tls if urllib.parse.urlsplit(proxy.url).scheme == "https" else None
+    return httpx.Proxy(proxy.url, ssl_context=proxy_tls, headers=headers)
 
 
 class ProviderTransport:
@@ -92,7 +152,12 @@ class ProviderTransport:
         )
         # One client serves every tenant: a provider's Set-Cookie must never be stored and replayed.
         no_cookies = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
-        self._client = httpx.AsyncClient(limits=limits, follow_redirects=False, trust_env=False, cookies=no_cookies)
+        self._client = httpx.AsyncClient(
+            transport=_pool(settings, limits),
+            follow_redirects=False,
+            trust_env=False,
+            cookies=no_cookies,
+        )
         self._buffered_timeout = httpx.Timeout(
             connect=settings.connect_timeout_s,
             read=settings.request_timeout_s,

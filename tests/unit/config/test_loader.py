@@ -203,7 +203,7 @@ def test_provider_paths_use_the_provider_name() -> None:
 
 def test_literal_choices_are_listed() -> None:
     data = {"providers": {"p": {"type": "cohere", "baseUrl": "https://x"}}}
-    expected = "must be 'openai', 'anthropic', 'openai-compatible', 'gemini' or 'bedrock'"
+    expected = "must be 'openai', 'anthropic', 'openai-compatible', 'gemini', 'vertex' or 'bedrock'"
     assert parse_errors(data) == [("providers.p.type", expected)]
 
 
