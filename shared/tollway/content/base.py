@@ -76,10 +76,15 @@ class ContentRecord:
     response: dict[str, Any] | None = field(repr=False, default=None)
     purposes: tuple[str, ...] = ("audit",)
     """What it may be exported for (the alias's consent when it was captured); in the digest."""
+    _json: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     def to_json(self) -> bytes:
-        """The plaintext of the stored object: deterministic (sorted keys), so its digest is too."""
-        return orjson.dumps(
+        """The plaintext of the stored object: deterministic (sorted keys), so its digest is too.
+        Serialised once: the writer measures it on the request path and the store seals the same
+        bytes (a record is not changed after it is built)."""
+        if self._json is not None:
+            return self._json
+        raw = orjson.dumps(
             {
                 "format": RECORD_FORMAT,
                 "requestId": self.request_id,
@@ -95,6 +100,8 @@ class ContentRecord:
             },
             option=orjson.OPT_SORT_KEYS,
         )
+        object.__setattr__(self, "_json", raw)
+        return raw
 
     @classmethod
     def from_json(cls, raw: bytes) -> ContentRecord:
