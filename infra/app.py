@@ -5,7 +5,9 @@ Context keys (``cdk synth -c key=value``), each optional:
 - ``stage``: the resource prefix and stack name (default ``tollway``);
 - ``config``: the ``llm-router.yml`` bundled into the gateway (default the embedded example);
 - ``layersDir``: where ``python -m layers.build`` wrote ``deps.zip``, ``core.zip`` and ``extension.zip``
-  (default ``layers/dist``).
+  (default ``layers/dist``);
+- ``conformanceSchedule``: an EventBridge ``rate(...)`` or ``cron(...)`` expression that adds the
+  scheduled provider conformance function (docs/conformance.md); default none, no such function.
 
 Relative paths are taken from the repository root, wherever ``cdk`` was started.
 """
@@ -46,6 +48,7 @@ class AppContext:
     stage: str = DEFAULT_PREFIX
     config: Path = REPO_ROOT / DEFAULT_CONFIG
     layers_dir: Path = REPO_ROOT / DEFAULT_LAYERS_DIR
+    conformance_schedule: str | None = None
 
     @classmethod
     def from_app(cls, app: App) -> AppContext:
@@ -57,12 +60,13 @@ class AppContext:
             stage=get("stage", DEFAULT_PREFIX),
             config=REPO_ROOT / get("config", DEFAULT_CONFIG),
             layers_dir=REPO_ROOT / get("layersDir", DEFAULT_LAYERS_DIR),
+            conformance_schedule=get("conformanceSchedule", "") or None,
         )
 
 
 def build_stack(app: App, context: AppContext, staging_dir: Path, topo: Topology | None = None) -> TollwayStack:
     """The stage's stack in ``app``; ``topo`` replaces ``topology(stage)`` (tests use a synthetic one)."""
-    topo = topo or topology(context.stage)
+    topo = topo or topology(context.stage, conformance_schedule=context.conformance_schedule)
     inputs = StackInputs(
         topology=topo, config=context.config, layers=layer_zips(context.layers_dir), staging_dir=staging_dir
     )

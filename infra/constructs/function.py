@@ -81,10 +81,13 @@ class Resources:
         ``PutItem`` and ``UpdateItem`` on the table alone (no index, ``Query``, ``Scan``, batch,
         delete or export), and key ``envelope`` is ``GenerateDataKey`` and ``Decrypt``: the PII
         vault's boundary (docs/pii-vault.md); key ``encrypt`` and ``decrypt`` are one of the two.
-        A pair with no meaning (``secret``/``write``) fails synth rather than silently granting
-        more or less.
+        A bucket grant with a ``prefix`` covers the objects under it alone. A pair with no meaning
+        (``secret``/``write``, a prefix on anything but a bucket read or write) fails synth rather
+        than silently granting more or less.
         """
         kind, key, access = grant.kind, grant.key, grant.access
+        if grant.prefix is not None and not (kind == "bucket" and access in ("read", "write", "read-write")):
+            raise ValueError(f"unsupported grant: a prefix on {access!r} of {kind} {key!r}")
         if kind == "queue" and access in ("send", "consume"):
             queue = _lookup(self.queues, grant)
             (queue.grant_send_messages if access == "send" else queue.grant_consume_messages)(grantee)
@@ -97,8 +100,9 @@ class Resources:
             ](grantee)
         elif kind == "bucket" and access in ("read", "write", "read-write"):
             bucket = _lookup(self.buckets, grant)
+            pattern = f"{grant.prefix}*" if grant.prefix else "*"
             {"read": bucket.grant_read, "write": bucket.grant_put, "read-write": bucket.grant_read_write}[access](
-                grantee
+                grantee, pattern
             )
         elif kind == "bucket" and access == "delete":
             # Not grant_delete: that is s3:DeleteObject*, which includes DeleteObjectVersion.

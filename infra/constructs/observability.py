@@ -84,11 +84,14 @@ RECONCILED_COST: Final = ESTIMATED_COST
 """The usage reconciler adds to the gateway's cost metric, with ``kind=reconciled``."""
 PRICING_REFRESH_SUCCEEDED: Final = "tollway_pricing_refresh_succeeded"
 PRICING_REFRESH_FAILED: Final = "tollway_pricing_refresh_failed"
+CONFORMANCE_FAILED: Final = "tollway_conformance_failed"
 
 AUDIT_QUEUE: Final = "audit"
 """The queue whose age is the audit lag (a :class:`~tollway.cloud.resources.QueueSpec` key)."""
 PRICING_FUNCTION: Final = "pricing-refresh"
 """The scheduled function whose failures alarm (a :class:`~tollway.cloud.resources.FunctionSpec` key)."""
+CONFORMANCE_FUNCTION: Final = "conformance"
+"""The opt-in scheduled conformance run, whose failed runs alarm when the stage has it."""
 DEFAULT_AUDIT_LAG_S: Final = 300
 DEFAULT_ERROR_RATE_PERCENT: Final = 5
 MIN_REQUESTS: Final = 20
@@ -187,6 +190,9 @@ class Observability(Construct):
         pricing = workers.get(PRICING_FUNCTION)
         if pricing is not None:
             self._pricing_alarm(topology.function(PRICING_FUNCTION), pricing)
+        conformance = workers.get(CONFORMANCE_FUNCTION)
+        if conformance is not None:
+            self._conformance_alarm(topology.function(CONFORMANCE_FUNCTION), conformance)
         audit = queues.get(AUDIT_QUEUE)
         if audit is not None:
             self._audit_lag_alarm(audit)
@@ -282,23 +288,37 @@ class Observability(Construct):
             0,
         )
 
-    def _pricing_alarm(self, spec: FunctionSpec, fn: TollwayFunction) -> None:
+    def _failed_runs(self, spec: FunctionSpec, fn: TollwayFunction, metric: str) -> cloudwatch.MathExpression:
+        """A scheduled function's runs that reported ``metric`` or raised, over its schedule's period."""
         period = schedule_period(spec.schedules[0].expression) if spec.schedules else Duration.hours(1)
-        failures = cloudwatch.MathExpression(
+        return cloudwatch.MathExpression(
             expression="FILL(failed, 0) + FILL(errors, 0)",
             using_metrics={
-                "failed": self._tollway(PRICING_REFRESH_FAILED, period=period),
+                "failed": self._tollway(metric, period=period),
                 "errors": fn.function.metric_errors(period=period, statistic="Sum"),
             },
             label="failed runs",
             period=period,
         )
+
+    def _pricing_alarm(self, spec: FunctionSpec, fn: TollwayFunction) -> None:
         self._alarm(
             "PricingRefreshFailedAlarm",
             f"{spec.name}-failed",
             f"A run of {spec.name} raised, timed out or rejected its sources: the pricing snapshot did "
             "not follow them (the last valid one stays current). Its log says which source and why.",
-            failures,
+            self._failed_runs(spec, fn, PRICING_REFRESH_FAILED),
+            1,
+            cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        )
+
+    def _conformance_alarm(self, spec: FunctionSpec, fn: TollwayFunction) -> None:
+        self._alarm(
+            "ConformanceFailedAlarm",
+            f"{spec.name}-failed",
+            f"A run of {spec.name} raised, or a deployment did not pass a capability its routes declare "
+            "(or could not be tested). Its log and the stored results say which deployment and case.",
+            self._failed_runs(spec, fn, CONFORMANCE_FAILED),
             1,
             cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
         )

@@ -18,9 +18,9 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from infra.assets import REPO_ROOT, LayerZips, stage_function_code
+from infra.assets import CONFIG_NAME, REPO_ROOT, LayerZips, stage_function_code
 from infra.constructs.function import ARCHITECTURE, RUNTIME, Resources, TollwayFunction
-from infra.constructs.gateway import Gateway, GatewayParameters
+from infra.constructs.gateway import TASK_ROOT, Gateway, GatewayParameters
 from infra.constructs.observability import AlarmParameters, Observability
 from infra.constructs.storage import QueueWithDlq, bucket, construct_id, kms_key, table
 from tollway.cloud.resources import Topology
@@ -119,14 +119,17 @@ class TollwayStack(Stack):
         )
         self.workers: dict[str, TollwayFunction] = {}
         for spec in topo.functions:
+            # A function that tests the gateway's deployments (conformance) carries its config too.
+            config = inputs.config if spec.bundles_config else None
+            bundled = {"TOLLWAY_CONFIG": f"{TASK_ROOT}/{CONFIG_NAME}"} if config is not None else {}
             worker = TollwayFunction(
                 self,
                 construct_id(spec.key, "Function"),
                 function_name=spec.name,
                 handler=spec.handler,
-                code=code(spec.key, spec.source_dir),
+                code=code(spec.key, spec.source_dir, config),
                 layers=layers,
-                environment={**environment, **dict(spec.environment)},
+                environment={**environment, **dict(spec.environment), **bundled},
                 memory_size=spec.memory_mb,
                 timeout=Duration.seconds(spec.timeout_s),
                 log_retention_days=topo.log_retention_days,

@@ -1,4 +1,5 @@
-"""The ``tollway`` command: ``up``, ``serve``, ``audit``, ``config validate`` and ``pii conformance``.
+"""The ``tollway`` command: ``up``, ``serve``, ``audit``, ``config validate``, ``pii conformance`` and
+``conformance run|show`` (provider conformance per deployment, docs/conformance.md).
 
 ``serve`` and ``up`` check what they can before anything listens, and fail with one line and
 exit status 2: the configuration loads and validates, every secret it references resolves
@@ -720,7 +721,7 @@ def cloud_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**stage_names(stage, account, region), **env}
 
 
-def config_validate(path: str) -> int:
+def config_validate(path: str, conformance: bool = False) -> int:
     from tollway.config.loader import load_config_with_warnings
     from tollway.config.pii import check_preservation
     from tollway.exceptions import ConfigError
@@ -728,6 +729,12 @@ def config_validate(path: str) -> int:
     try:
         cfg, warnings = load_config_with_warnings(Path(path))
         check_preservation(cfg, Path(path).parent)
+        if conformance:  # requireConformance against the stored results (docs/conformance.md)
+            from tollway.conformance import check_config
+
+            issues = check_config(cfg, Path(path).parent)
+            if issues:
+                raise ConfigError(issues)
     except ConfigError as exc:
         _print_issues(path, exc)
         return 1
@@ -736,6 +743,37 @@ def config_validate(path: str) -> int:
     for issue in warnings:  # accepted, but written settings that cannot take effect
         print(f"  warning: {issue}", file=sys.stderr)
     return 0
+
+
+def conformance(args: argparse.Namespace) -> int:
+    """``conformance run`` (the suite against one deployment, results stored) and ``conformance
+    show`` (its stored results): one line per case, then a summary. Exit status 0 when every
+    capability its routes declare passed, 1 when one did not (or has no result), 2 on a usage or
+    configuration error."""
+    from tollway.config.loader import load_config
+    from tollway.config.root import Publisher
+    from tollway.conformance import ConformanceStoreError, open_store, results_location
+    from tollway.conformance.commands import UsageProblem, run_or_show
+    from tollway.exceptions import ConfigError
+
+    config = Path(args.config or os.environ.get("TOLLWAY_CONFIG", "") or "llm-router.yml")
+    try:
+        cfg = load_config(config)
+        # --results is taken from the working directory, a configured location from the config's folder.
+        store = (
+            open_store(args.results)
+            if args.results
+            else open_store(results_location(cfg.conformance.results), config.parent)
+        )
+        publisher = Publisher(config_dir=config.parent) if args.conformance_command == "run" else None
+        return run_or_show(cfg, args.deployment, args.model or (), store, publisher, timeout_s=args.timeout)
+    except ConfigError as exc:
+        _print_issues(str(config), exc, prefix="tollway: error: ")
+        return 2
+    except (UsageProblem, ConformanceStoreError) as exc:
+        _fail(f"{config}: {exc}")
+    except OSError as exc:
+        _fail(f"cannot read {config}: {exc.strerror or exc}")
 
 
 def pii_conformance(args: argparse.Namespace) -> int:
@@ -846,6 +884,36 @@ def _parser() -> argparse.ArgumentParser:
     cfg_sub = p_cfg.add_subparsers(dest="config_command", required=True)
     p_val = cfg_sub.add_parser("validate", help="validate an llm-router.yml and print every error with its path")
     p_val.add_argument("file")
+    p_val.add_argument(
+        "--conformance",
+        action="store_true",
+        help="also check requireConformance routes against the stored conformance results (docs/conformance.md)",
+    )
+
+    p_cnf = sub.add_parser("conformance", help="provider conformance per deployment: conformance run|show")
+    cnf_sub = p_cnf.add_subparsers(dest="conformance_command", required=True)
+    for name, what in (
+        ("run", "send the conformance suite to one provider deployment and store its results"),
+        ("show", "print one provider deployment's stored conformance results"),
+    ):
+        p = cnf_sub.add_parser(
+            name, help=what, description=what + " (docs/conformance.md).", formatter_class=_HelpFormatter
+        )
+        p.add_argument(
+            "--deployment", required=True, help="a key of providers: in the config (default: none, required)"
+        )
+        p.add_argument("--config", help="the llm-router.yml (default: $TOLLWAY_CONFIG, else ./llm-router.yml)")
+        p.add_argument(
+            "--model",
+            action="append",
+            help="a physical model the deployment serves; repeat for more (default: every chat model it serves)",
+        )
+        p.add_argument(
+            "--results",
+            help="a directory or s3://bucket/prefix (default: conformance.results, else $TOLLWAY_CONFORMANCE_RESULTS, "
+            "else .tollway/conformance beside the config)",
+        )
+        p.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
 
     p_pii = sub.add_parser("pii", help="PII tools: pii conformance")
     pii_sub = p_pii.add_subparsers(dest="pii_command", required=True)
@@ -905,7 +973,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 0
     if args.command == "config":
-        return config_validate(args.file)
+        return config_validate(args.file, args.conformance)
+    if args.command == "conformance":
+        return conformance(args)
     if args.command == "pii":
         return pii_conformance(args)
 

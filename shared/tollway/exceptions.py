@@ -59,6 +59,10 @@ translated into a client-facing ``GatewayError`` only at the end of the attempt 
     │   ├── ExportConflict               an export id already holds another manifest or shard
     │   ├── ExportIntegrityError         a stored manifest or shard does not match its digest
     │   └── ExportUnavailable            the exports bucket, queue or audit queue failed
+    ├── ConformanceStoreError            conformance results could not be read or written (tollway.conformance.store)
+    ├── InvalidResult                    a malformed conformance result (tollway.conformance.result)
+    ├── NotServed                        a conformance run names no served deployment (tollway.conformance.runner)
+    ├── CaseFailed                       one conformance check did not hold (tollway.conformance.runner)
     ├── MalformedEvent                   an audit event the store cannot place (tollway.audit.store.errors)
     ├── MalformedMessage                 an audit or usage queue message that does not decode (tollway.audit.messages)
     ├── BootstrapError                   a local-cloud resource could not be converged (tollway.cloud.bootstrap)

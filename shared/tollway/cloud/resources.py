@@ -8,11 +8,12 @@ Every name derives from one ``prefix`` (the stage), so two stages can share an a
 names must be globally unique on AWS, so they also carry the account and region; the CDK app
 passes CloudFormation tokens there, the local bootstrap the emulator's account.
 
-Worker functions (audit writer, usage reconciler, pricing refresh, dataset export) are listed in
-``functions`` with their triggers and grants; the local event-source runner serves whatever is
-listed there. ``roles`` are the IAM roles people assume (an auditor, a content deleter, whoever
-requests exports): the CDK app creates them with their grants; the local cloud does not enforce
-IAM, so the bootstrap leaves them out.
+Worker functions (audit writer, usage reconciler, pricing refresh, dataset export, and the
+conformance run of a stage that opts in) are listed in ``functions`` with their triggers and
+grants; the local event-source runner serves whatever is listed there. ``roles`` are the IAM
+roles people assume (an auditor, a content deleter, whoever requests exports): the CDK app
+creates them with their grants; the local cloud does not enforce IAM, so the bootstrap leaves
+them out.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, TypeVar
 
 __all__ = [
+    "CONFORMANCE_PREFIX",
     "CONTENT_RETENTION_DAYS",
     "DEFAULT_PREFIX",
     "BucketSpec",
@@ -35,6 +37,7 @@ __all__ = [
     "TableIndex",
     "TableSpec",
     "Topology",
+    "conformance_function",
     "expiry_rule_id",
     "topology",
 ]
@@ -195,6 +198,8 @@ class Grant:
     kind: Literal["queue", "table", "bucket", "secret", "key"]
     key: str
     access: Access
+    prefix: str | None = None
+    """Buckets only: the grant covers the objects under this key prefix (``conformance/``) alone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +217,8 @@ class FunctionSpec:
     grants: tuple[Grant, ...] = ()
     environment: tuple[tuple[str, str], ...] = ()
     """Extra environment beyond the resource names every function receives."""
+    bundles_config: bool = False
+    """Its code asset carries the published ``llm-router.yml``, as the gateway's does, at ``$TOLLWAY_CONFIG``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,8 +306,37 @@ def _by_key(items: tuple[_T, ...], key: str) -> _T:
     raise KeyError(key)
 
 
-def topology(prefix: str = DEFAULT_PREFIX) -> Topology:
-    """Every resource of one stage. ``prefix`` is lower-case letters, digits and hyphens."""
+CONFORMANCE_PREFIX: Final = "conformance/"
+"""Where the conformance function writes its results in the config bucket (docs/conformance.md)."""
+
+
+def conformance_function(prefix: str, schedule: str) -> FunctionSpec:
+    """The scheduled provider conformance run (``functions/conformance``): it tests the bundled
+    config's deployments with the gateway's credentials and writes results under
+    :data:`CONFORMANCE_PREFIX` of the config bucket, the only place it may write."""
+    return FunctionSpec(
+        key="conformance",
+        name=f"{prefix}-conformance",
+        handler="functions.conformance.handler.handler",
+        source_dir="functions/conformance",
+        # Ten cases per (deployment, model), each bounded by its timeout; a few deployments fit.
+        timeout_s=900,
+        schedules=(ScheduleTrigger("conformance", schedule),),
+        grants=(
+            Grant("secret", "openai", "read"),
+            Grant("secret", "anthropic", "read"),
+            Grant("bucket", "config", "write", prefix=CONFORMANCE_PREFIX),
+        ),
+        bundles_config=True,
+    )
+
+
+def topology(prefix: str = DEFAULT_PREFIX, *, conformance_schedule: str | None = None) -> Topology:
+    """Every resource of one stage. ``prefix`` is lower-case letters, digits and hyphens.
+
+    ``conformance_schedule`` (``rate(1 day)``, ``cron(...)``) opts the stage into the scheduled
+    conformance function; without it the stage has none (the CDK app's ``conformanceSchedule``
+    context key sets it)."""
     if not prefix or not all(c.islower() or c.isdigit() or c == "-" for c in prefix) or len(prefix) > 20:
         raise ValueError("prefix must be 1-20 lower-case letters, digits or hyphens")
     p = prefix
@@ -412,6 +448,7 @@ def topology(prefix: str = DEFAULT_PREFIX) -> Topology:
                     ),
                 ),
             ),
+            *((conformance_function(p, conformance_schedule),) if conformance_schedule else ()),
         ),
         roles=(
             RoleSpec(

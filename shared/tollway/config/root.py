@@ -27,6 +27,7 @@ from tollway.config.governance import compile_governance, compile_pricing, load_
 from tollway.config.pii import compile_pii_profiles, pii_keys
 from tollway.config.schema import ModelConfig, ProviderConfig, RouterConfig
 from tollway.config.validate import CAPTURING_MODES, content_retention_class
+from tollway.conformance import check_config
 from tollway.exceptions import ConfigError, ConfigIssue
 from tollway.governance.policy import GovernanceSnapshot, PricingView
 from tollway.governance.principals import Principal, key_digest
@@ -290,6 +291,9 @@ class Publisher:
 
     def publish(self, cfg: RouterConfig) -> PublishedRoot:
         """Compile ``cfg`` (already validated) into a new root. Raises ``ConfigError``."""
+        issues = check_config(cfg, self.config_dir)  # reads results only when a route requires them
+        if issues:
+            raise ConfigError(issues)
         digest = hashlib.sha256(orjson.dumps(cfg.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)).hexdigest()
         limits = GatewayLimits(
             max_request_body_bytes=cfg.maxRequestBodyBytes,
