@@ -241,6 +241,14 @@ def preflight(config_path: str, *, env_secrets_only: bool = False) -> None:
                 botocore_credentials(provider.awsProfile, path=f"providers.{pid}")
             except ConfigError as exc:
                 _fail(f"{exc.issues[0].message} ({exc.issues[0].path})")
+        elif provider.type == "vertex" and provider.authMode != "none":
+            # Vertex AI takes tokens from the gateway's own Google credentials: the same check.
+            from tollway.providers.gemini.vertex_auth import google_credentials
+
+            try:
+                google_credentials(path=f"providers.{pid}")
+            except ConfigError as exc:
+                _fail(f"{exc.issues[0].message} ({exc.issues[0].path})")
 
 
 def _start_audit_shipper(config_path: str, workers: int) -> subprocess.Popen[bytes] | None:

@@ -102,6 +102,9 @@ _NOT_YET_KEYS = frozenset({"citations"})
 _ANTHROPIC_FORMAT = "anthropic-messages"
 _TOP_K_FORMATS = frozenset({_ANTHROPIC_FORMAT, "gemini"})
 """The provider formats that carry a top-k cut-off (Gemini's ``generationConfig.topK``)."""
+_THINKING_FORMATS = frozenset({_ANTHROPIC_FORMAT, "bedrock-converse"})
+"""The provider formats that carry extended thinking and send its blocks back with their signatures
+(Bedrock Converse as ``reasoningContent``)."""
 _IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 _MAX_MESSAGES = 4096
 _MAX_TOOLS = 128
@@ -141,6 +144,11 @@ class _Checks:
         if self._mixed is None:
             self._mixed = bool(self.plan.formats - {_ANTHROPIC_FORMAT})
         return self._mixed
+
+    @property
+    def thinks(self) -> bool:
+        """Every route of the alias carries extended thinking and its signed blocks."""
+        return self.plan.formats <= _THINKING_FORMATS
 
     def unsupported(self, param: str, what: str | None = None, why: str = "") -> UnsupportedParameter:
         subject = what or f"'{param}'"
@@ -241,7 +249,7 @@ def _image(block: dict[str, Any], where: str, checks: _Checks) -> ImagePart:
 
 def _thinking_block(block: dict[str, Any], kind: str, where: str, checks: _Checks) -> ContentPart:
     """A thinking or redacted thinking block of an assistant turn, kept whole to go back unchanged."""
-    if checks.mixed:
+    if not checks.thinks:
         raise checks.unsupported(where, f"A {kind} block ('{where}')")
     if kind == "redacted_thinking":
         _check_keys(block, _REDACTED_KEYS, where)
@@ -510,7 +518,7 @@ def _thinking(raw: Any, checks: _Checks, max_tokens: int | None, betas: tuple[st
             param="thinking.type",
         )
     _check_keys(raw, frozenset({"type", "budget_tokens"}), "thinking")
-    if checks.mixed:
+    if not checks.thinks:
         raise checks.unsupported("thinking")
     budget = raw.get("budget_tokens")
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < _MIN_THINKING_BUDGET:

@@ -28,13 +28,15 @@ from tollway.config.pii import compile_pii_profiles, pii_keys
 from tollway.config.schema import ModelConfig, ProviderConfig, RouterConfig
 from tollway.config.validate import CAPTURING_MODES, content_retention_class
 from tollway.conformance import check_config
-from tollway.exceptions import ConfigError, ConfigIssue
+from tollway.exceptions import ConfigError, ConfigIssue, UpstreamError
 from tollway.governance.policy import GovernanceSnapshot, PricingView
 from tollway.governance.principals import Principal, key_digest
 from tollway.pii.policy import PiiKeys, PiiProfile
 from tollway.pricing import PricingSnapshot
 from tollway.providers import FORMAT_CAPABILITIES, codec_for, embeddings_codec_for
-from tollway.providers.base import ProviderFormat, Target
+from tollway.providers.base import AnyCodec, ProviderFormat, Target
+from tollway.providers.gemini import VertexGeminiCodec
+from tollway.providers.gemini.vertex_auth import VertexTokenSigner, google_credentials
 from tollway.routing.health import CircuitPolicy, HealthRegistry, OutlierPolicy
 from tollway.routing.plan import AliasPlan, ContentPolicy, Deployment, RetryPolicy, RouteTarget
 from tollway.routing.strategies import (
@@ -138,13 +140,14 @@ _DEFAULT_FORMAT: Final = {
     "anthropic": ProviderFormat.ANTHROPIC_MESSAGES,
     "bedrock": ProviderFormat.BEDROCK_CONVERSE,
     "gemini": ProviderFormat.GEMINI,
+    "vertex": ProviderFormat.GEMINI,
 }
 """The wire format of a provider no route names (its transport still needs auth headers)."""
 
 
 def _auth_headers(provider: ProviderConfig, fmt: ProviderFormat, resolver: SecretResolver, path: str) -> dict[str, str]:
-    if provider.authMode == "none" or not provider.credentials or provider.type == "bedrock":
-        return {}  # bedrock: no static credential, each request is signed (``_signer``)
+    if provider.authMode == "none" or not provider.credentials or provider.type in ("bedrock", "vertex"):
+        return {}  # bedrock, vertex: no static credential, each request is signed (``_signer``)
     current = [c for c in provider.credentials if c.lifecycle == "current"] or list(provider.credentials)
     cred = current[0]
     secret = resolver.resolve(cred.secretRef, f"{path}.credentials[{provider.credentials.index(cred)}].secretRef")
@@ -155,13 +158,36 @@ def _auth_headers(provider: ProviderConfig, fmt: ProviderFormat, resolver: Secre
     return {"authorization": f"Bearer {secret.reveal()}"}
 
 
+_VERTEX_CODEC: Final = VertexGeminiCodec()
+
+
+def _codec(provider: ProviderConfig, fmt: ProviderFormat) -> AnyCodec:
+    """The format's shared codec; Vertex AI speaks Gemini's bodies under its own paths."""
+    return _VERTEX_CODEC if provider.type == "vertex" else codec_for(fmt)
+
+
 def _signer(provider: ProviderConfig, path: str) -> Signer | None:
     """A bedrock provider's SigV4 signer: credentials from botocore's chain (``awsProfile``, else the
-    environment, shared files or role), read now so that none found fails the publication."""
-    if provider.type != "bedrock" or provider.authMode == "none" or provider.awsRegion is None:
+    environment, shared files or role), read now so that none found fails the publication. A vertex
+    provider's bearer-token signer: Google credentials (``GOOGLE_APPLICATION_CREDENTIALS``, else
+    Application Default Credentials), read now too; its first token is fetched by ``_prime``."""
+    if provider.authMode == "none":
+        return None
+    if provider.type == "vertex":
+        return VertexTokenSigner(google_credentials(path=path))
+    if provider.type != "bedrock" or provider.awsRegion is None:
         return None
     where = f"{path}.awsProfile" if provider.awsProfile else path
     return RequestSigner(botocore_credentials(provider.awsProfile, path=where), provider.awsRegion)
+
+
+def _prime(signer: VertexTokenSigner, path: str) -> None:
+    """The first access token, fetched when a transport is built (not on a reload that keeps it):
+    credentials the token endpoint refuses fail the publication, and requests find a token ready."""
+    try:
+        signer.prime()
+    except UpstreamError as exc:
+        raise ConfigError([ConfigIssue(path, f"no Google access token: {exc.detail}")]) from None
 
 
 def _proxy(provider: ProviderConfig, resolver: SecretResolver, path: str) -> ProxySettings | None:
@@ -377,7 +403,11 @@ class Publisher:
                 ssl_context=bundle[1] if bundle is not None else None,
             )
             signer = _signer(provider, path)
-            signing = (provider.awsRegion, provider.awsProfile) if signer is not None else None
+            signing: tuple[str | None, ...] | None = None
+            if isinstance(signer, VertexTokenSigner):
+                signing = ("vertex", os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"))
+            elif signer is not None:
+                signing = (provider.awsRegion, provider.awsProfile)
             # The settings' repr names the proxy and the bundle's path; what they hold enters as
             # digests: the proxy credential's, and the bundle's bytes.
             proxy_auth = proxy.authorization if proxy is not None else None
@@ -392,6 +422,8 @@ class Publisher:
             if cached is not None and cached[0] == fingerprint:
                 transport = cached[1]
             else:
+                if isinstance(signer, VertexTokenSigner):
+                    _prime(signer, path)
                 if signer is not None:  # only then: a factory for unsigned providers need not take one
                     transport = self.transport_factory(cfg.httpClient, settings, auth, signer=signer)
                 else:
@@ -401,7 +433,7 @@ class Publisher:
             out[pid] = Deployment(
                 id=pid,
                 format=fmt,
-                codec=codec_for(fmt),
+                codec=_codec(provider, fmt),
                 embeddings=embeddings_codec_for(fmt),
                 transport=transport,
                 provider_account_id=provider.providerAccountId or pid,

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tollway.providers.gemini import vertex_base_url
+
 __all__ = [
     "AdmissionConfig",
     "BudgetConfig",
@@ -59,7 +61,8 @@ class CredentialConfig(_Model):
 class ProviderConfig(_Model):
     type: Literal["openai", "anthropic", "openai-compatible", "gemini", "vertex", "bedrock"]
     baseUrl: str
-    """Required, except for ``bedrock``: there it defaults to ``https://bedrock-runtime.{awsRegion}.amazonaws.com``."""
+    """Required, except for ``bedrock`` (default ``https://bedrock-runtime.{awsRegion}.amazonaws.com``)
+    and ``vertex`` (default ``https://{gcpLocation}-aiplatform.googleapis.com/v1/projects/{gcpProject}/locations/{gcpLocation}/publishers/google/``)."""
     providerAccountId: str | None = None
     quotaGroupId: str | None = None
     authMode: Literal["api-key", "none"] = "api-key"
@@ -111,6 +114,19 @@ class ProviderConfig(_Model):
             endpoint = f"https://bedrock-runtime.{region}.amazonaws.com" if isinstance(region, str) and region else ""
             data = {**data, "baseUrl": endpoint}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vertex_defaults(cls, data: Any) -> Any:
+        """A vertex provider's endpoint from its project and location. Without both its ``baseUrl``
+        is left empty, so validation reports ``gcpProject`` or ``gcpLocation``; they are checked
+        there before the endpoint they made is used."""
+        if not isinstance(data, dict) or data.get("type") != "vertex" or "baseUrl" in data:
+            return data
+        project, location = data.get("gcpProject"), data.get("gcpLocation")
+        if isinstance(project, str) and project and isinstance(location, str) and location:
+            return {**data, "baseUrl": vertex_base_url(project, location)}
+        return {**data, "baseUrl": ""}
 
 
 class RouteConfig(_Model):

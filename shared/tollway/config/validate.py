@@ -50,7 +50,7 @@ FORMAT_PROVIDER_TYPES: dict[str, frozenset[str]] = {
     "openai-chat-completions": frozenset({"openai", "openai-compatible"}),
     "anthropic-messages": frozenset({"anthropic"}),
     "bedrock-converse": frozenset({"bedrock"}),
-    "gemini": frozenset({"gemini"}),
+    "gemini": frozenset({"gemini", "vertex"}),
 }
 CLIENT_FORMATS = frozenset({"openai-chat-completions", "anthropic-messages", "openai-responses", "openai-embeddings"})
 OPERATIONS = frozenset({"chat", "embeddings"})
@@ -230,7 +230,14 @@ def _check_provider(path: str, provider: ProviderConfig, request_timeout_ms: int
         for key in ("awsRegion", "awsProfile"):
             if key in provider.model_fields_set:
                 issues.add(f"{path}.{key}", "only a provider of type 'bedrock' takes AWS settings")
-    unset = provider.type == "bedrock" and not provider.baseUrl  # no region: reported at awsRegion
+    if provider.type == "vertex":
+        _check_vertex(path, provider, issues)
+    else:
+        for key in ("gcpProject", "gcpLocation"):
+            if key in provider.model_fields_set:
+                issues.add(f"{path}.{key}", "only a provider of type 'vertex' takes Google Cloud settings")
+    # no region (bedrock), project or location (vertex): reported there
+    unset = provider.type in ("bedrock", "vertex") and not provider.baseUrl
     problem = None if unset else _base_url_problem(provider.baseUrl, provider.allowInsecureHttp)
     if problem:
         issues.add(f"{path}.baseUrl", problem)
@@ -295,9 +302,33 @@ def _check_bedrock(path: str, provider: ProviderConfig, issues: _Issues) -> None
         )
 
 
+_GCP_PROJECT = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
+_GCP_LOCATION = re.compile(r"global|[a-z]+(?:-[a-z]+[0-9]+)?")
+
+
+def _check_vertex(path: str, provider: ProviderConfig, issues: _Issues) -> None:
+    """Vertex AI takes OAuth2 tokens from Google credentials (a service account key named by
+    ``GOOGLE_APPLICATION_CREDENTIALS``, or Application Default Credentials), never a secret of this
+    file; its endpoint is made of the project and location, so both must be plain names."""
+    if provider.gcpProject is None:
+        issues.add(f"{path}.gcpProject", "required: the Google Cloud project whose Vertex AI serves the models")
+    elif not _GCP_PROJECT.fullmatch(provider.gcpProject):
+        issues.add(f"{path}.gcpProject", "must be a Google Cloud project id such as my-project-123")
+    if provider.gcpLocation is None:
+        issues.add(f"{path}.gcpLocation", "required: the Vertex AI location, such as us-central1 or global")
+    elif not _GCP_LOCATION.fullmatch(provider.gcpLocation):
+        issues.add(f"{path}.gcpLocation", "must be a Vertex AI location such as us-central1, europe-west4 or global")
+    if provider.credentials:
+        issues.add(
+            f"{path}.credentials",
+            "not used by vertex: requests carry OAuth2 tokens from Google credentials "
+            "(GOOGLE_APPLICATION_CREDENTIALS or Application Default Credentials)",
+        )
+
+
 def _check_credentials(path: str, provider: ProviderConfig, issues: _Issues) -> None:
     creds = provider.credentials
-    if provider.type == "bedrock":
+    if provider.type in ("bedrock", "vertex"):
         return
     if provider.authMode == "api-key" and not creds:
         issues.add(f"{path}.credentials", "authMode 'api-key' needs at least one credential")

@@ -9,6 +9,9 @@ Routes::
                                       Gemini API, buffered
     POST   /v1beta/models/{model}:streamGenerateContent
                                       Gemini API, SSE (as with ``?alt=sse``)
+    POST   /v1/projects/{project}/locations/{location}/publishers/google/models/{model}:generateContent
+                                      Vertex AI (Gemini bodies), buffered; ``:streamGenerateContent``
+                                      streams. Bearer-token requests only
     POST   /model/{modelId}/converse  Amazon Bedrock Converse, buffered (SigV4-signed requests only)
     POST   /model/{modelId}/converse-stream
                                       Amazon Bedrock ConverseStream (AWS event stream)
@@ -36,7 +39,7 @@ from typing import Any, Final
 import orjson
 
 from tollway.mock.anthropic_messages import AnthropicMessages
-from tollway.mock.bedrock_converse import BedrockConverse, signed
+from tollway.mock.bedrock_converse import BedrockConverse, corrupt_frame, signed
 from tollway.mock.bedrock_converse import context_refusal as bedrock_context_refusal
 from tollway.mock.bedrock_converse import route as bedrock_route
 from tollway.mock.content import (
@@ -59,7 +62,7 @@ from tollway.mock.faults import (
     parse_fault_items,
     prefill_text,
 )
-from tollway.mock.gemini import Gemini
+from tollway.mock.gemini import VERTEX_PROJECTS, Gemini, Vertex, vertex_route
 from tollway.mock.gemini import context_refusal as gemini_context_refusal
 from tollway.mock.gemini import prefill_text as gemini_prefill_text
 from tollway.mock.openai_chat import OpenAIChat
@@ -85,6 +88,7 @@ _FORMATS: Final[dict[str, WireFormat]] = {
     "/v1/embeddings": OpenAIEmbeddings(),
 }
 _GEMINI: Final = Gemini()
+_VERTEX: Final = Vertex()
 _GEMINI_MODELS: Final = "/v1beta/models/"
 _GEMINI_METHODS: Final = {"generateContent": False, "streamGenerateContent": True}
 """Gemini's methods, by whether they stream."""
@@ -173,6 +177,9 @@ class MockApp:
         if wire is None and path.startswith(_GEMINI_MODELS):
             route = _gemini_route(path)
             wire = _GEMINI if route is not None else None
+        elif wire is None and path.startswith(VERTEX_PROJECTS):
+            route = vertex_route(path)
+            wire = _VERTEX if route is not None else None
         elif wire is None and path.startswith(_BEDROCK_MODELS):
             route = bedrock_route(path)
             wire = _BEDROCK if route is not None else None
@@ -242,9 +249,9 @@ class MockApp:
             return
         if route is not None:
             body["model"], body["stream"] = route
-            api_key = goog_key if wire is _GEMINI else sigv4
+            api_key = goog_key if wire is _GEMINI else bearer if wire is _VERTEX else sigv4
         model = body.get("model")
-        messages = body.get("contents" if wire is _GEMINI else "messages")
+        messages = body.get("contents" if isinstance(wire, Gemini) else "messages")
         record["model"] = model if isinstance(model, str) else None
         record["stream"] = body.get("stream") is True
         record["messages"] = len(messages) if isinstance(messages, list) else 0
@@ -303,7 +310,7 @@ class MockApp:
         if status is not None:
             await x.error(status, f"Mock fault: HTTP {status}", faults.error_type, _retry_headers(faults))
             return
-        prefill = gemini_prefill_text(body) if x.wire is _GEMINI else prefill_text(body.get("messages"))
+        prefill = gemini_prefill_text(body) if isinstance(x.wire, Gemini) else prefill_text(body.get("messages"))
         if faults.no_prefill and prefill is not None:
             await x.error(400, "Mock: a final assistant message (prefill) is not supported", param="messages")
             return
@@ -362,13 +369,16 @@ class MockApp:
         abort_at = _clamp(faults.abort_after, count, failing)
         error_at = _clamp(faults.midstream_error, count, failing)
         malformed_at = _clamp(faults.malformed, count, failing)
-        pending = plan.preamble
+        corrupt_at = _clamp(faults.corrupt_frame, count, failing) if x.wire is _BEDROCK else None
+        pending = corrupt_frame(plan.preamble, faults.corrupt_mode) if corrupt_at == 0 else plan.preamble
         for k in range(count + 1):
             if k:
                 gap = faults.ttft_ms if k == 1 else faults.chunk_gap_ms
                 if gap:
                     await asyncio.sleep(gap / 1000)
                 frame = x.wire.malformed_frame if k == malformed_at else plan.deltas[k - 1]
+                if k == corrupt_at:
+                    frame = corrupt_frame(frame, faults.corrupt_mode)
                 await x.body(pending + frame)
                 pending = b""
             if k == stall_at and stall is not None and await _stalled(x.receive, stall[1]):
@@ -480,13 +490,15 @@ def _unauthorized(wire: WireFormat, faults: FaultSpec, bearer: bool, api_key: bo
     request, whatever the faults (for it, ``api_key`` says the request carries a SigV4 signature)."""
     if wire is _BEDROCK:
         return None if _BEDROCK.authorized(bearer, False, sigv4=api_key) else _UNSIGNED
+    if wire is _VERTEX:
+        return None if bearer else _VERTEX.unauthenticated
     if faults.require_auth and not wire.authorized(bearer, api_key):
         return "Mock: missing or invalid API key"
     return None
 
 
 def _context_refusal(wire: WireFormat, used: int, limit: int) -> tuple[str, str | None]:
-    if wire is _GEMINI:
+    if isinstance(wire, Gemini):
         return gemini_context_refusal(used, limit)
     if wire is _BEDROCK:
         return bedrock_context_refusal(used, limit)

@@ -17,6 +17,14 @@ The event stream is framed here, not by ``tollway.eventstream``: the mock import
 gateway, so a framing bug there cannot hide in both. Each message has the three headers Bedrock
 sends (``:event-type``, ``:content-type``, ``:message-type``); ``no_done`` has no effect, as a
 ConverseStream has no end marker (its last event, ``metadata``, carries the usage).
+
+Extended thinking, as Claude on Bedrock takes it: ``additionalModelRequestFields.thinking``
+(``enabled``, ``budget_tokens`` of at least 1024) opens the answer with a ``reasoningContent`` block
+(:func:`tollway.mock.content.thinking`), streamed as ``reasoningContent`` text deltas and a
+signature delta of content block 0. A ``reasoningText`` block sent back in an assistant turn must
+carry the signature the mock gave its text, or the request is refused. The
+``corrupt_frame`` fault breaks one message's framing (:func:`corrupt_frame`): a CRC that does not
+hold, which only an event stream can have.
 """
 
 from __future__ import annotations
@@ -30,10 +38,10 @@ from urllib.parse import unquote
 
 import orjson
 
-from tollway.mock.content import MockRequest, ToolReply, ToolSpec, pick_tool
+from tollway.mock.content import MockRequest, ToolReply, ToolSpec, pick_tool, thinking, thinking_signature
 from tollway.mock.wire import Reply, RequestError, StreamPlan
 
-__all__ = ["BedrockConverse", "context_refusal", "encode_frame", "route", "signed"]
+__all__ = ["BedrockConverse", "context_refusal", "corrupt_frame", "encode_frame", "route", "signed"]
 
 _ROUTE: Final = re.compile(r"/model/([^/]+)/(converse|converse-stream)")
 _EXCEPTIONS: Final = {
@@ -98,12 +106,62 @@ def encode_frame(name: str, payload: bytes, *, exception: bool = False) -> bytes
     return message + struct.pack(">I", zlib.crc32(message))
 
 
+def corrupt_frame(frames: bytes, mode: str = "crc") -> bytes:
+    """``frames`` with the first message's framing broken: one bit of its message CRC flipped
+    (``crc``), or of its prelude CRC (``prelude``), so a parser must reject it at that message."""
+    if len(frames) < 16:
+        return frames
+    total = struct.unpack_from(">I", frames)[0]
+    at = 8 if mode == "prelude" else min(total, len(frames)) - 1
+    return frames[:at] + bytes((frames[at] ^ 0x01,)) + frames[at + 1 :]
+
+
 def _event(name: str, data: dict[str, Any]) -> bytes:
     return encode_frame(name, orjson.dumps(data))
 
 
 _MESSAGE_START: Final = _event("messageStart", {"role": "assistant"})
-_BLOCK_STOP: Final = _event("contentBlockStop", {"contentBlockIndex": 0})
+_MIN_THINKING_BUDGET: Final = 1024
+
+
+def _thinking_enabled(fields: Any) -> bool:
+    raw = fields.get("thinking") if isinstance(fields, dict) else None
+    if not isinstance(raw, dict) or raw.get("type") != "enabled":
+        return False
+    budget = raw.get("budget_tokens")
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < _MIN_THINKING_BUDGET:
+        raise RequestError(
+            "The model returned the following errors: thinking.enabled.budget_tokens: "
+            f"Input should be greater than or equal to {_MIN_THINKING_BUDGET}"
+        )
+    return True
+
+
+def _check_reasoning(messages: list[dict[str, Any]]) -> None:
+    """Refuse reasoning sent back with another signature than the one the mock gave its text."""
+    for i, message in enumerate(messages):
+        for j, block in enumerate(message["content"]):
+            reasoning = block.get("reasoningContent")
+            if not isinstance(reasoning, dict) or "redactedContent" in reasoning:
+                continue
+            text_block = reasoning.get("reasoningText")
+            text = text_block.get("text") if isinstance(text_block, dict) else None
+            signature = text_block.get("signature") if isinstance(text_block, dict) else None
+            if message["role"] != "assistant" or not isinstance(text, str) or signature != thinking_signature(text):
+                raise RequestError(
+                    f"The model returned the following errors: messages.{i}.content.{j}: "
+                    "Invalid `signature` in `thinking` block"
+                )
+
+
+def _reasoning_frames(thought_deltas: tuple[str, ...], signature: str) -> bytes:
+    """Content block 0: the reasoning text deltas, the signature delta and the block's stop."""
+    frames = [
+        _event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": piece}}})
+        for piece in thought_deltas
+    ]
+    signed = {"contentBlockIndex": 0, "delta": {"reasoningContent": {"signature": signature}}}
+    return b"".join(frames) + _event("contentBlockDelta", signed) + _event("contentBlockStop", {"contentBlockIndex": 0})
 
 
 def _exception_name(status: int) -> str:
@@ -183,6 +241,7 @@ class BedrockConverse:
             not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
         ):
             raise RequestError(_constraint("inferenceConfig.maxTokens", "value greater than or equal to 1"))
+        _check_reasoning(messages)
         texts = [_text(m["content"]) for m in messages]
         echo = next((texts[i] for i in reversed(range(len(messages))) if messages[i]["role"] == "user"), "")
         return MockRequest(
@@ -193,6 +252,7 @@ class BedrockConverse:
             prompt_chars=sum(map(len, texts)) + len(_text(body.get("system"))),
             max_tokens=max_tokens,
             tool=self._tool(tool_config, messages[-1]),
+            thinking=_thinking_enabled(body.get("additionalModelRequestFields")),
         )
 
     @staticmethod
@@ -235,41 +295,57 @@ class BedrockConverse:
         )
 
     def render(self, req: MockRequest, reply: Reply, seq: int, created: int) -> bytes:
+        content: list[dict[str, Any]] = []
+        output_tokens = reply.completion_tokens
+        if req.thinking:
+            thought = thinking(req.echo)
+            content.append(
+                {"reasoningContent": {"reasoningText": {"text": thought.text, "signature": thought.signature}}}
+            )
+            output_tokens += thought.tokens
         if isinstance(reply, ToolReply):
             tool_use = {
                 "toolUseId": f"tooluse_mock{seq:016d}",
                 "name": reply.name,
                 "input": orjson.Fragment(reply.arguments),
             }
-            content: list[dict[str, Any]] = [{"toolUse": tool_use}]
+            content.append({"toolUse": tool_use})
             stop = "tool_use"
         else:
-            content = [{"text": reply.text}]
+            content.append({"text": reply.text})
             stop = "max_tokens" if reply.truncated else "end_turn"
         return orjson.dumps(
             {
                 "output": {"message": {"role": "assistant", "content": content}},
                 "stopReason": stop,
-                "usage": _usage(req, reply.completion_tokens),
+                "usage": _usage(req, output_tokens),
                 "metrics": {"latencyMs": 0},
             }
         )
 
     def stream(self, req: MockRequest, reply: Reply, seq: int, created: int) -> StreamPlan:
         preamble = _MESSAGE_START
+        index, output_tokens = 0, reply.completion_tokens
+        if req.thinking:
+            thought = thinking(req.echo)
+            preamble += _reasoning_frames(thought.deltas, thought.signature)
+            index, output_tokens = 1, output_tokens + thought.tokens
         if isinstance(reply, ToolReply):
             start = {"toolUse": {"toolUseId": f"tooluse_mock{seq:016d}", "name": reply.name}}
-            preamble += _event("contentBlockStart", {"contentBlockIndex": 0, "start": start})
+            preamble += _event("contentBlockStart", {"contentBlockIndex": index, "start": start})
             deltas = [
-                _event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"toolUse": {"input": f}}})
+                _event("contentBlockDelta", {"contentBlockIndex": index, "delta": {"toolUse": {"input": f}}})
                 for f in reply.fragments
             ]
             stop = "tool_use"
         else:
-            deltas = [_event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": p}}) for p in reply.deltas]
+            deltas = [
+                _event("contentBlockDelta", {"contentBlockIndex": index, "delta": {"text": p}}) for p in reply.deltas
+            ]
             stop = "max_tokens" if reply.truncated else "end_turn"
-        metadata = {"usage": _usage(req, reply.completion_tokens), "metrics": {"latencyMs": 0}}
-        tail = _BLOCK_STOP + _event("messageStop", {"stopReason": stop}) + _event("metadata", metadata)
+        metadata = {"usage": _usage(req, output_tokens), "metrics": {"latencyMs": 0}}
+        tail = _event("contentBlockStop", {"contentBlockIndex": index})
+        tail += _event("messageStop", {"stopReason": stop}) + _event("metadata", metadata)
         return StreamPlan(preamble, deltas, tail)
 
 

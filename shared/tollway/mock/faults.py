@@ -35,6 +35,10 @@ abort_after=<k>     after k chunks end the body mid-frame (buffered: half the JS
                     ``abort_mode=reset`` drops the connection instead of ending the body
 malformed=<k>       SSE: the k-th content frame becomes ``data: {not json``; buffered: non-JSON 200
 midstream_error=<k> SSE: after k chunks send the format's error frame and end, without terminal frames
+corrupt_frame=<k>   Bedrock's event stream: break the framing of the k-th content frame (0: the frame
+                    before the first one, ``messageStart``), so the stream no longer parses;
+                    ``corrupt_mode=crc`` (default) spoils the message CRC, ``prelude`` the prelude's.
+                    Other formats ignore it
 no_done=1           SSE: end after the finish (and usage) without ``[DONE]`` / ``message_stop``
 context_window=<n>  400 context-length refusal, in the format's words, for prompts over n tokens
 no_prefill=1        400 for a request whose last message is an assistant prefill (else the mock
@@ -94,9 +98,10 @@ _INT_KEYS = frozenset(
         "no_done",
         "context_window",
         "no_prefill",
+        "corrupt_frame",
     }
 )
-_TEXT_KEYS = frozenset({"retry_after", "error_type", "abort_mode", "tag", "placeholders"})
+_TEXT_KEYS = frozenset({"retry_after", "error_type", "abort_mode", "tag", "placeholders", "corrupt_mode"})
 FAULT_KEYS: frozenset[str] = _INT_KEYS | _TEXT_KEYS | frozenset(_ALIASES)
 """Every key a fault spec accepts, aliases included."""
 
@@ -139,6 +144,8 @@ class FaultSpec:
     no_prefill: bool = False
     placeholders: str | None = None
     """How the reply treats PII placeholders (``content.PLACEHOLDER_MODES``); ``None``: untouched, no work."""
+    corrupt_frame: int | None = None
+    corrupt_mode: str = "crc"
 
     def delay_s(self, seq: int) -> float:
         """Seconds to wait before answering request ``seq``: ``delay_ms`` plus its jitter.
@@ -164,6 +171,7 @@ class FaultSpec:
             or self.abort_after is not None
             or self.malformed is not None
             or self.midstream_error is not None
+            or self.corrupt_frame is not None
         )
 
     @property
@@ -194,6 +202,7 @@ class FaultSpec:
             or self.abort_after is not None
             or self.malformed is not None
             or self.midstream_error is not None
+            or self.corrupt_frame is not None
         )
 
 
@@ -241,6 +250,8 @@ def _build(items: tuple[tuple[str, str], ...]) -> FaultSpec:
         _check_retry_after(str(values["retry_after"]))
     if values.get("abort_mode", "close") not in ("close", "reset"):
         raise FaultSpecError("mock fault abort_mode must be 'close' or 'reset'")
+    if values.get("corrupt_mode", "crc") not in ("crc", "prelude"):
+        raise FaultSpecError("mock fault corrupt_mode must be 'crc' or 'prelude'")
     if values.get("placeholders", "echo") not in PLACEHOLDER_MODES:
         modes = ", ".join(PLACEHOLDER_MODES)
         raise FaultSpecError(f"mock fault placeholders must be one of {modes}, got {values['placeholders']!r}")

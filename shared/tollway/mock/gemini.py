@@ -10,10 +10,23 @@ chunk per text delta, a function call whole in one chunk, then a chunk with the 
 The answer's tool is the one ``allowedFunctionNames`` forces, else the first declared; none under
 mode ``NONE`` or when the last turn answers a call. ``responseMimeType: application/json`` asks for a
 JSON reply, an instance of ``responseJsonSchema`` (or ``responseSchema``) when one is given.
+
+Gemini 3 models (a model name starting ``gemini-3``) sign their function calls as Gemini 3 does: the
+call's part carries a ``thoughtSignature`` (:func:`thought_signature`, a digest of the call), and a
+request whose ``model`` turn holds a call without the signature it was given on its first
+``functionCall`` part is refused with Gemini's 400, so a client that loses it is caught.
+
+Vertex AI serves the same bodies at
+``/v1/projects/{project}/locations/{location}/publishers/google/models/{model}:{method}``
+(:func:`vertex_route`), with the same answers and faults, to OAuth2 bearer tokens only: like Vertex,
+the mock answers 401 ``UNAUTHENTICATED`` to a request without ``Authorization: Bearer``, whatever
+the faults (it checks that a token is present, not what it is).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from typing import Any, Final
 
 import orjson
@@ -21,7 +34,20 @@ import orjson
 from tollway.mock.content import JsonFormat, MockRequest, ToolReply, ToolSpec, pick_tool
 from tollway.mock.wire import Reply, RequestError, StreamPlan
 
-__all__ = ["Gemini", "context_refusal", "prefill_text"]
+__all__ = [
+    "VERTEX_PROJECTS",
+    "Gemini",
+    "Vertex",
+    "context_refusal",
+    "prefill_text",
+    "thought_signature",
+    "vertex_route",
+]
+
+VERTEX_PROJECTS: Final = "/v1/projects/"
+"""Where Vertex AI paths begin."""
+_VERTEX_MODELS: Final = "/publishers/google/models/"
+_METHODS: Final = {"generateContent": False, "streamGenerateContent": True}
 
 _STATUS: Final = {
     400: "INVALID_ARGUMENT",
@@ -86,6 +112,48 @@ def prefill_text(body: dict[str, Any]) -> str | None:
     return _text(last) if last.get("role") == "model" else None
 
 
+def vertex_route(path: str) -> tuple[str, bool] | None:
+    """``(model, stream)`` of ``/v1/projects/{p}/locations/{l}/publishers/google/models/{model}:{method}``,
+    or ``None`` for another path."""
+    scope, found, name = path[len(VERTEX_PROJECTS) :].partition(_VERTEX_MODELS)
+    project, locations, location = scope.partition("/locations/")
+    model, colon, method = name.rpartition(":")
+    stream = _METHODS.get(method)
+    if not (found and locations and project and location and colon and model) or stream is None:
+        return None
+    if "/" in project or "/" in location or "/" in model:
+        return None
+    return model, stream
+
+
+def thought_signature(name: str, args: Any) -> str:
+    """The mock's signature of a call: base64 of a digest of its name and arguments (standard
+    alphabet, padded, as Gemini's JSON carries bytes)."""
+    digest = hashlib.sha256(name.encode() + b"\x00" + orjson.dumps(args, option=orjson.OPT_SORT_KEYS)).digest()
+    return base64.b64encode(b"\xfb\xff" + digest[:20]).decode()
+
+
+def _signs(model: str) -> bool:
+    return model.startswith("gemini-3")
+
+
+def _check_signatures(contents: list[dict[str, Any]]) -> None:
+    """Each ``model`` turn's first function call must carry the signature the mock gave it."""
+    for i, content in enumerate(contents):
+        parts = content.get("parts")
+        if content.get("role") != "model" or not isinstance(parts, list):
+            continue
+        call = next((p for p in parts if isinstance(p, dict) and isinstance(p.get("functionCall"), dict)), None)
+        if call is None:
+            continue
+        fc = call["functionCall"]
+        name = fc.get("name") if isinstance(fc.get("name"), str) else ""
+        if call.get("thoughtSignature") != thought_signature(name, fc.get("args") or {}):
+            raise RequestError(
+                f"Function call `{name}` in the {i + 1}. content block is missing a `thought_signature`.", "contents"
+            )
+
+
 def context_refusal(used: int, limit: int) -> tuple[str, str | None]:
     """A context-length refusal in Gemini's words; its status stays ``INVALID_ARGUMENT``."""
     return f"The input token count ({used}) exceeds the maximum number of tokens allowed ({limit}).", None
@@ -109,6 +177,8 @@ class Gemini:
         max_tokens = config.get("maxOutputTokens")
         if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)):
             raise RequestError("generationConfig.maxOutputTokens must be an integer", "generationConfig")
+        if _signs(model):
+            _check_signatures(contents)
         texts = [_text(c) for c in contents]
         echo = next((texts[i] for i in reversed(range(len(contents))) if contents[i].get("role") != "model"), "")
         return MockRequest(
@@ -158,7 +228,7 @@ class Gemini:
         return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
 
     def render(self, req: MockRequest, reply: Reply, seq: int, created: int) -> bytes:
-        parts, finish = _answer(reply)
+        parts, finish = _answer(reply, _signs(req.model))
         return orjson.dumps(
             {
                 "candidates": [
@@ -172,7 +242,7 @@ class Gemini:
 
     def stream(self, req: MockRequest, reply: Reply, seq: int, created: int) -> StreamPlan:
         tail_doc = {"modelVersion": req.model, "responseId": f"mock{seq:016d}"}
-        parts, finish = _answer(reply)
+        parts, finish = _answer(reply, _signs(req.model))
         if isinstance(reply, ToolReply):
             chunks = [parts]
         else:
@@ -183,9 +253,25 @@ class Gemini:
         return StreamPlan(b"", deltas, tail)
 
 
-def _answer(reply: Reply) -> tuple[list[dict[str, Any]], str]:
+class Vertex(Gemini):
+    """Gemini on Vertex AI: the same bodies, authenticated by an OAuth2 bearer token."""
+
+    name = "vertex"
+    unauthenticated = (
+        "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other "
+        "valid authentication credential."
+    )
+
+    def authorized(self, bearer: bool, api_key: bool) -> bool:
+        return bearer
+
+
+def _answer(reply: Reply, signed: bool = False) -> tuple[list[dict[str, Any]], str]:
     if isinstance(reply, ToolReply):
-        return [{"functionCall": {"name": reply.name, "args": orjson.Fragment(reply.arguments)}}], "STOP"
+        part: dict[str, Any] = {"functionCall": {"name": reply.name, "args": orjson.Fragment(reply.arguments)}}
+        if signed:
+            part["thoughtSignature"] = thought_signature(reply.name, orjson.loads(reply.arguments))
+        return [part], "STOP"
     return [{"text": reply.text}], "MAX_TOKENS" if reply.truncated else "STOP"
 
 

@@ -11,12 +11,23 @@ messages become ``system`` text blocks, tool results become ``toolResult`` block
 and neighbouring turns of one role merge, since Converse requires user and assistant turns to
 alternate. What Converse cannot carry is refused, never dropped: images by ``http(s)`` URL (Bedrock
 takes bytes or an ``s3://`` location, and a codec fetches nothing), ``response_format`` other than
-text, ``top_k`` and thinking (model-specific fields, not Converse's), thinking blocks, and
-``tool_choice: none`` once the conversation holds tool calls (Converse has no ``none``: without
-tool calls the tools are simply not sent; with them Bedrock requires ``toolConfig``). Two hints are
+text, ``top_k`` (a model-specific field, not Converse's), and ``tool_choice: none`` once the
+conversation holds tool calls (Converse has no ``none``: without tool calls the tools are simply not
+sent; with them Bedrock requires ``toolConfig``). Two hints are
 left out on purpose: ``parallel_tool_calls`` (Converse has no such switch) and cache breakpoints
 (``cachePoint`` blocks are refused by models without prompt caching). ``user``, ``metadata`` and
 ``extensions`` are not forwarded: ``requestMetadata`` has a narrower grammar than clients' metadata.
+
+Extended thinking is Converse's ``reasoningContent``. A thinking budget is sent as Anthropic's
+``thinking`` in ``additionalModelRequestFields`` (the models that think on Bedrock take it there);
+the answer's ``reasoningContent`` blocks (``reasoningText`` with its ``signature``, or encrypted
+``redactedContent``) become canonical thinking blocks, and thinking blocks of an assistant turn go
+back as ``reasoningContent`` with the signature unchanged, as Bedrock requires in a multi-turn
+conversation. The codec decodes whatever reasoning the model returned: it cannot tell whether the
+client asked (a model such as DeepSeek-R1 reasons unasked), and the client format decides whether to
+show it (only Anthropic Messages does). In a stream, reasoning arrives as ``reasoningContent``
+deltas of one content block (``text`` pieces, then one ``signature``; or ``redactedContent``);
+a redacted block is reported whole when its content block stops.
 
 Converse's ``inputTokens`` excludes the prompt tokens read from or written to the prompt cache;
 the canonical prompt count includes them, so the codec adds them back. The buffered answer
@@ -25,6 +36,8 @@ carries no response id (Bedrock sends it only as the ``x-amzn-RequestId`` header
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import AsyncIterator, Mapping
 from types import MappingProxyType
@@ -41,12 +54,17 @@ from tollway.canonical import (
     FinishReason,
     ImagePart,
     Message,
+    RedactedThinking,
+    RedactedThinkingPart,
     StreamEvent,
     StreamFinish,
     StreamStart,
     StreamUsage,
     TextDelta,
     TextPart,
+    ThinkingBlock,
+    ThinkingDelta,
+    ThinkingPart,
     ToolCall,
     ToolCallDelta,
     ToolChoice,
@@ -153,6 +171,10 @@ class BedrockConverseCodec:
             tool_config = _tool_config(req.tools, req.tool_choice, messages)
             if tool_config is not None:
                 body["toolConfig"] = tool_config
+        if req.thinking_budget is not None:
+            body["additionalModelRequestFields"] = {
+                "thinking": {"type": "enabled", "budget_tokens": req.thinking_budget}
+            }
         model = quote(target.model, safe="")
         if req.stream:
             return UpstreamRequest(
@@ -169,6 +191,7 @@ class BedrockConverseCodec:
             raise malformed("response has no output.message.content list", status=status)
         texts: list[str] = []
         calls: list[ToolCall] = []
+        thinking: list[ThinkingBlock] = []
         for block in blocks:
             if not isinstance(block, dict):
                 continue
@@ -179,6 +202,8 @@ class BedrockConverseCodec:
                 texts.append(text)
             elif "toolUse" in block:
                 calls.append(_decode_tool_use(block["toolUse"], status))
+            elif "reasoningContent" in block:
+                thinking.append(_decode_reasoning(block["reasoningContent"], status))
         stop = doc.get("stopReason")
         raw_usage = doc.get("usage")
         return CanonicalResponse(
@@ -186,6 +211,7 @@ class BedrockConverseCodec:
             tool_calls=calls or None,
             finish_reason=_FINISH.get(stop, "stop") if isinstance(stop, str) else "stop",
             usage=_usage(raw_usage) if isinstance(raw_usage, dict) else None,
+            thinking=thinking or None,
         )
 
     async def decode_stream(self, events: AsyncIterator[EventStreamMessage]) -> AsyncIterator[StreamEvent]:
@@ -244,8 +270,6 @@ def _refuse_unsupported(req: CanonicalRequest) -> None:
         )
     if req.top_k is not None:
         raise UnsupportedParameter("'top_k' is not supported by this model.", param="top_k")
-    if req.thinking_budget is not None:
-        raise UnsupportedParameter("'thinking' is not supported by this model.", param="thinking")
 
 
 def _conversation(messages: list[Message]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -295,7 +319,12 @@ def _part(part: ContentPart) -> dict[str, Any]:
         return {"text": part.text}
     if isinstance(part, ImagePart):
         return {"image": _image(part.url)}
-    raise UnsupportedParameter("Thinking blocks are not supported by this model.", param="messages")
+    if isinstance(part, ThinkingPart):
+        reasoning: dict[str, str] = {"text": part.thinking}
+        if part.signature:
+            reasoning["signature"] = part.signature
+        return {"reasoningContent": {"reasoningText": reasoning}}
+    return {"reasoningContent": {"redactedContent": part.data}}
 
 
 def _image(url: str) -> dict[str, Any]:
@@ -370,6 +399,21 @@ def _decode_tool_use(block: object, status: int) -> ToolCall:
     return ToolCall(id=call_id, name=name, arguments=orjson.dumps(block.get("input", {})).decode())
 
 
+def _decode_reasoning(block: object, status: int) -> ThinkingBlock:
+    """A ``reasoningContent`` block, kept whole: the client must be able to send it back unchanged.
+    A model that does not sign its reasoning (DeepSeek-R1) gives an empty signature."""
+    if isinstance(block, dict):
+        redacted = block.get("redactedContent")
+        if isinstance(redacted, str) and redacted:
+            return RedactedThinkingPart(redacted)
+        reasoning = block.get("reasoningText")
+        text = reasoning.get("text") if isinstance(reasoning, dict) else None
+        if isinstance(text, str):
+            signature = reasoning.get("signature") if isinstance(reasoning, dict) else None
+            return ThinkingPart(text, signature if isinstance(signature, str) else "")
+    raise malformed("reasoningContent block has neither reasoningText nor redactedContent", status=status)
+
+
 def _usage(raw: Mapping[str, Any]) -> Usage:
     cache_read = as_int(raw.get("cacheReadInputTokens"))
     cache_write = as_int(raw.get("cacheWriteInputTokens"))
@@ -426,13 +470,18 @@ def _stream_error(message: EventStreamMessage) -> UpstreamError:
 
 
 class _StreamState:
-    """What a stream has told so far: which content blocks are tool calls, and whether it finished."""
+    """What a stream has told so far: which content blocks are tool calls or reasoning, and whether
+    it finished."""
 
-    __slots__ = ("args_seen", "finished", "tools")
+    __slots__ = ("args_seen", "finished", "redacted", "thinking", "tools")
 
     def __init__(self) -> None:
         self.tools: dict[int, int] = {}
         """Content block index → tool-call ordinal."""
+        self.thinking: dict[int, int] = {}
+        """Content block index → thinking block ordinal (redacted ones included)."""
+        self.redacted: dict[int, bytearray] = {}
+        """Redacted reasoning of a content block not yet stopped, decoded."""
         self.args_seen: set[int] = set()
         self.finished = False
         """``messageStop`` gave the stop reason: the answer is complete even without ``metadata``."""
@@ -443,7 +492,12 @@ class _StreamState:
         if kind == "messageStop":
             stop = doc.get("stopReason")
             self.finished = True
-            return [StreamFinish(_FINISH.get(stop, "stop") if isinstance(stop, str) else "stop")]
+            pending: list[StreamEvent] = [
+                RedactedThinking(self.thinking[i], base64.b64encode(data).decode("ascii"))
+                for i, data in self.redacted.items()
+            ]
+            self.redacted.clear()
+            return [*pending, StreamFinish(_FINISH.get(stop, "stop") if isinstance(stop, str) else "stop")]
         index = doc.get("contentBlockIndex")
         if not isinstance(index, int):
             return []
@@ -451,6 +505,9 @@ class _StreamState:
             return self._delta(index, doc.get("delta"))
         if kind == "contentBlockStart":
             return self._start(index, doc.get("start"))
+        if kind == "contentBlockStop" and index in self.redacted:
+            data = base64.b64encode(self.redacted.pop(index)).decode("ascii")
+            return [RedactedThinking(self.thinking[index], data)]
         if kind == "contentBlockStop" and index in self.tools and self.tools[index] not in self.args_seen:
             return [ToolCallDelta(index=self.tools[index], arguments="{}")]
         return []
@@ -471,6 +528,9 @@ class _StreamState:
         text = delta.get("text")
         if isinstance(text, str):
             return [TextDelta(text)] if text else []
+        reasoning = delta.get("reasoningContent")
+        if isinstance(reasoning, dict):
+            return self._reasoning(index, reasoning)
         tool = delta.get("toolUse")
         if isinstance(tool, dict) and index in self.tools:
             fragment = tool.get("input")
@@ -478,3 +538,21 @@ class _StreamState:
                 self.args_seen.add(self.tools[index])
                 return [ToolCallDelta(index=self.tools[index], arguments=fragment)]
         return []
+
+    def _reasoning(self, index: int, delta: Mapping[str, Any]) -> list[StreamEvent]:
+        """One ``reasoningContent`` delta: a piece of text, the signature, or redacted content
+        (kept until the block stops: its pieces are base64 of byte chunks, not of one string)."""
+        text, signature, redacted = delta.get("text"), delta.get("signature"), delta.get("redactedContent")
+        opened = index not in self.thinking
+        ordinal = self.thinking.setdefault(index, len(self.thinking))
+        if isinstance(redacted, str):
+            try:
+                self.redacted.setdefault(index, bytearray()).extend(base64.b64decode(redacted, validate=True))
+            except binascii.Error:
+                raise malformed("redactedContent is not base64") from None
+            return []
+        if isinstance(text, str) and (text or opened):
+            return [ThinkingDelta(ordinal, thinking=text)]
+        if isinstance(signature, str) and signature:
+            return [ThinkingDelta(ordinal, signature=signature)]
+        return [ThinkingDelta(ordinal)] if opened else []

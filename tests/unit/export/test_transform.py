@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import orjson
@@ -55,5 +56,5 @@ def test_a_row_carries_the_digest_of_itself_without_the_digest() -> None:
 
 def test_a_request_that_failed_before_an_answer_has_a_null_answer() -> None:
     record = chat_record("r1", BASE_MS)
-    failed = type(record)(**{**{f: getattr(record, f) for f in record.__slots__}, "response": None})
+    failed = dataclasses.replace(record, response=None)
     assert row(failed, "d" * 64, KEEP)["answer"] is None

@@ -18,7 +18,6 @@ from tollway.canonical import (
     StreamUsage,
     TextDelta,
     TextPart,
-    ThinkingPart,
     ToolCall,
     ToolCallDelta,
     ToolChoice,
@@ -301,10 +300,8 @@ def test_images_bedrock_cannot_take_are_refused(url: str, error: type[Exception]
             "response_format",
         ),
         (CanonicalRequest([user("a")], top_k=5), "top_k"),
-        (CanonicalRequest([user("a")], thinking_budget=2048), "thinking"),
-        (CanonicalRequest([user("a"), Message("assistant", [ThinkingPart("hm", "sig")])]), "messages"),
     ],
-    ids=["json_object", "json_schema", "top_k", "thinking", "thinking-block"],
+    ids=["json_object", "json_schema", "top_k"],
 )
 def test_what_converse_cannot_carry_is_refused_not_dropped(req: CanonicalRequest, param: str) -> None:
     with pytest.raises(UnsupportedParameter) as info:

@@ -1,8 +1,10 @@
 """Codec for Google's Gemini API ``generateContent`` and ``streamGenerateContent``.
 
 The model and the method are in the path, not the body: :func:`generate_path` builds it, and is the
-one place a Vertex AI deployment (same bodies, a ``projects/…/locations/…/publishers/google/models/``
-path) will differ. Translation is in :mod:`.request`, :mod:`.response` and :mod:`.stream`.
+one place a Vertex AI deployment differs. Vertex AI takes the same bodies under a
+``projects/{project}/locations/{location}/publishers/google/`` base URL (:func:`vertex_base_url`),
+where the models are ``models/{model}`` (:class:`VertexGeminiCodec`). Translation is in
+:mod:`.request`, :mod:`.response` and :mod:`.stream`.
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ from tollway.providers.gemini.stream import decode_stream
 from tollway.providers.openai_chat import describe, load_object, malformed, retry_after, status_category, str_or_none
 from tollway.wire import SseEvent, UpstreamRequest
 
-__all__ = ["GEMINI_API_MODELS", "GeminiCodec", "generate_path"]
+__all__ = ["GEMINI_API_MODELS", "VERTEX_MODELS", "GeminiCodec", "VertexGeminiCodec", "generate_path", "vertex_base_url"]
 
 GEMINI_API_MODELS = "v1beta/models/"
 """The Gemini API's model collection, relative to ``https://generativelanguage.googleapis.com``."""
+VERTEX_MODELS = "models/"
+"""Google's publisher models on Vertex AI, relative to a :func:`vertex_base_url`."""
 
 _HEADERS: Mapping[str, str] = MappingProxyType({"content-type": "application/json"})
 
@@ -46,6 +50,13 @@ def generate_path(model: str, stream: bool, models: str = GEMINI_API_MODELS) -> 
     as a resource name (``models/gemini-2.5-flash``) is accepted too."""
     name = quote(model.removeprefix("models/"), safe="-._~")
     return f"{models}{name}:streamGenerateContent?alt=sse" if stream else f"{models}{name}:generateContent"
+
+
+def vertex_base_url(project: str, location: str) -> str:
+    """The Vertex AI endpoint of Google's publisher models in ``project`` at ``location``: the
+    location's regional host, or ``aiplatform.googleapis.com`` for ``global``."""
+    host = "aiplatform.googleapis.com" if location == "global" else f"{location}-aiplatform.googleapis.com"
+    return f"https://{host}/v1/projects/{project}/locations/{location}/publishers/google/"
 
 
 class GeminiCodec:
@@ -80,7 +91,9 @@ class GeminiCodec:
             if not isinstance(part, dict):
                 raise malformed("a content part is not an object", status=status)
             if "functionCall" in part:
-                calls.append(decode_call(part["functionCall"], len(calls), response_id, status))
+                calls.append(
+                    decode_call(part["functionCall"], len(calls), response_id, status, part.get("thoughtSignature"))
+                )
                 continue
             text = part.get("text")
             if isinstance(text, str) and part.get("thought") is not True:
@@ -113,4 +126,16 @@ class GeminiCodec:
             detail=describe(info, body),
             reason=reason,
             reported=True,
+        )
+
+
+class VertexGeminiCodec(GeminiCodec):
+    """``POST models/{model}:generateContent`` relative to a :func:`vertex_base_url`; the bodies,
+    answers, streams and errors are the Gemini API's. The transport's signer adds the OAuth2
+    ``authorization: Bearer`` (:mod:`.vertex_auth`)."""
+
+    def encode_request(self, req: CanonicalRequest, target: Target) -> UpstreamRequest:
+        body = orjson.dumps(encode_body(req))
+        return UpstreamRequest(
+            path=generate_path(target.model, req.stream, VERTEX_MODELS), body=body, headers=_HEADERS, stream=req.stream
         )

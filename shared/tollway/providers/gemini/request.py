@@ -9,7 +9,8 @@ The canonical request is shaped after OpenAI's; Gemini's differs in four ways th
 - Gemini's ``functionCall`` and ``functionResponse`` carry no id: a tool result names the function
   it answers. The name is found by the ``tool_call_id``, among the calls of the assistant turns
   before it (a later call with the same id wins, since the decoder's synthesized ids repeat across
-  turns).
+  turns). A call's ``thoughtSignature`` comes back from its id, on its ``functionCall`` part, as
+  Gemini 3 requires (:mod:`.signatures`).
 - Schemas are sent as ``parametersJsonSchema`` and ``responseJsonSchema``: clients write JSON
   Schema, and the OpenAPI subset of ``parameters`` and ``responseSchema`` refuses what they commonly
   use (``additionalProperties``, ``$ref``, ``const``).
@@ -33,10 +34,12 @@ from tollway.canonical import (
     Message,
     ResponseFormat,
     TextPart,
+    ToolCall,
     ToolChoice,
     ToolDefinition,
 )
 from tollway.exceptions import InvalidRequest, UnsupportedParameter
+from tollway.providers.gemini.signatures import split_id
 from tollway.providers.openai_chat import tool_arguments
 
 __all__ = ["encode_body"]
@@ -104,7 +107,7 @@ def _conversation(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
             role, parts = "model", _parts(m.content)
             for call in m.tool_calls or ():
                 names[call.id] = call.name
-                parts.append({"functionCall": {"name": call.name, "args": tool_arguments(call)}})
+                parts.append(_function_call(call))
         else:
             role, parts = "user", _parts(m.content)
         if not parts:
@@ -114,6 +117,15 @@ def _conversation(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
         else:
             turns.append({"role": role, "parts": parts})
     return "\n\n".join(system), turns
+
+
+def _function_call(call: ToolCall) -> dict[str, Any]:
+    """The call's part, with the thought signature its id carries (:mod:`.signatures`)."""
+    part: dict[str, Any] = {"functionCall": {"name": call.name, "args": tool_arguments(call)}}
+    signature = split_id(call.id)[1]
+    if signature is not None:
+        part["thoughtSignature"] = signature
+    return part
 
 
 def _parts(content: str | list[ContentPart] | None) -> list[dict[str, Any]]:

@@ -4,7 +4,8 @@ stream chunks share.
 Only candidate 0 is canonical. Thought summaries (parts with ``thought: true``) are left out of the
 text: they are not the answer, and no client format here can show Gemini's. Function calls carry no
 id unless the API gives one; the decoder then makes one from the response id and the call's ordinal,
-deterministic and unique within a conversation whose responses have ids.
+deterministic and unique within a conversation whose responses have ids. A call's
+``thoughtSignature`` rides in its id, so that it comes back with the conversation (:mod:`.signatures`).
 
 A prompt Gemini blocks (``promptFeedback.blockReason``, no candidate) is a ``SAFETY`` failure of
 the attempt, as a provider's content-policy refusal is in the other formats; a candidate stopped by
@@ -22,6 +23,7 @@ import orjson
 
 from tollway.canonical import FinishReason, ToolCall, Usage
 from tollway.exceptions import UpstreamCategory, UpstreamError
+from tollway.providers.gemini.signatures import signed_id
 from tollway.providers.openai_chat import (
     ErrorInfo,
     as_int,
@@ -111,8 +113,11 @@ def call_id(response_id: str | None, ordinal: int) -> str:
     return f"call_{response_id}_{ordinal}" if response_id else f"call_{ordinal}"
 
 
-def decode_call(raw: object, ordinal: int, response_id: str | None, status: int | None) -> ToolCall:
-    """A ``functionCall`` part's call, with its arguments as compact JSON."""
+def decode_call(
+    raw: object, ordinal: int, response_id: str | None, status: int | None, signature: object = None
+) -> ToolCall:
+    """A ``functionCall`` part's call, with its arguments as compact JSON, and the part's
+    ``thoughtSignature`` in its id (:mod:`.signatures`)."""
     name = raw.get("name") if isinstance(raw, dict) else None
     if not isinstance(raw, dict) or not isinstance(name, str) or not name:
         raise malformed("functionCall part lacks a string name", status=status)
@@ -120,7 +125,8 @@ def decode_call(raw: object, ordinal: int, response_id: str | None, status: int 
     if args is not None and not isinstance(args, dict):
         raise malformed("functionCall args is not an object", status=status)
     given = str_or_none(raw.get("id"))
-    return ToolCall(given or call_id(response_id, ordinal), name, orjson.dumps(args or {}).decode())
+    identity = signed_id(given or call_id(response_id, ordinal), signature if isinstance(signature, str) else None)
+    return ToolCall(identity, name, orjson.dumps(args or {}).decode())
 
 
 def usage(raw: Mapping[str, Any]) -> Usage:

@@ -93,7 +93,9 @@ class _StreamState:
             if not isinstance(part, dict):
                 raise malformed("a content part is not an object")
             if "functionCall" in part:
-                call = decode_call(part["functionCall"], self.calls, self.response_id, None)
+                call = decode_call(
+                    part["functionCall"], self.calls, self.response_id, None, part.get("thoughtSignature")
+                )
                 out.append(ToolCallDelta(self.calls, id=call.id, name=call.name))
                 out.append(ToolCallDelta(self.calls, arguments=call.arguments))
                 self.calls += 1
