@@ -4,6 +4,8 @@
 # Both run on any Python that pyproject.toml's requires-python admits: PYTHON=python3.13 make test.
 # The default interpreter (python3.11, else python3) has its venv in .venv; another version has its
 # own, .venv-3.13 for example, since a venv made by one interpreter cannot serve another.
+# Not part of make test:
+#   make test-localstack - the integration tier against LocalStack (host mode, Python 3.13), DynamoDB on moto
 
 # The minor versions of Python 3 that requires-python (">=3.X,<3.Y") admits, oldest first.
 MINORS := $(shell sed -n 's/^requires-python = ">=3\.\([0-9]*\),<3\.\([0-9]*\)"$$/\1 \2/p' pyproject.toml \
@@ -29,7 +31,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 TS_DIR := tests/e2e/ts
 INFRA_DIR := infra
 
-.PHONY: up test test-newest install install-local lint typecheck pytest pytest-newest bench bench-guard layers clean
+.PHONY: up test test-newest test-localstack install install-local lint typecheck pytest pytest-newest bench bench-guard layers clean
 
 $(VENV)/pyvenv.cfg:
 	@test -n '$(PY_VERSION)' || { echo "PYTHON=$(PYTHON) does not run a Python here" >&2; exit 1; }
@@ -98,6 +100,13 @@ test-newest:
 NEWEST_TIER ?= tests/unit tests/golden tests/functional
 pytest-newest: $(DEV_STAMP)
 	$(BIN)/pytest $(NEWEST_TIER) $(PYTEST_ARGS)
+
+# The integration tier against LocalStack in host mode (not part of `make test`; localstack/README.md):
+# LocalStack in .venv-localstack (Python 3.13, localstack/requirements.txt) serves SQS, S3, KMS,
+# Secrets Manager and EventBridge, the embedded moto server DynamoDB. Without Python 3.13 it says so
+# and succeeds. PYTEST_ARGS replaces the default tests/integration.
+test-localstack: $(DEV_STAMP)
+	TOLLWAY_PROJECT_PYTHON=$(BIN)/python scripts/test-localstack $(PYTEST_ARGS)
 
 # Benchmarks (not part of `make test`): make bench PROFILE=fixed-500 [ARGS="--repeat 3"]
 PROFILE ?= smoke

@@ -34,7 +34,7 @@ from typing import Any, Final, TypeVar
 
 from tollway.exceptions import TollwayError
 
-__all__ = ["ClientsClosed", "Credentials", "ThreadedClients", "cache_clear", "cache_size", "client"]
+__all__ = ["ClientsClosed", "Credentials", "ThreadedClients", "cache_clear", "cache_size", "client", "endpoint_url"]
 
 DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
 DEFAULT_READ_TIMEOUT_S: Final = 10.0
@@ -69,6 +69,23 @@ _session: Any = None
 
 def _env(name: str) -> str | None:
     return os.environ.get(name, "").strip() or None
+
+
+def endpoint_url(endpoint: str | None) -> str | None:
+    """The ``endpoint_url`` to build a client with: ``None`` when ``endpoint`` is ``$AWS_ENDPOINT_URL`` (or unset).
+
+    botocore resolves a client's endpoint itself: ``AWS_ENDPOINT_URL_<SERVICE>`` (``AWS_ENDPOINT_URL_DYNAMODB``)
+    first, then ``AWS_ENDPOINT_URL``. An explicit ``endpoint_url`` skips both, so passing the generic
+    variable's value explicitly would send every service there, even one the environment routes
+    elsewhere (LocalStack for most services, moto for DynamoDB). Only an endpoint that differs from
+    the environment's is passed on as given.
+    """
+    if endpoint is None:
+        return None
+    generic = _env("AWS_ENDPOINT_URL")
+    if generic is not None and endpoint.rstrip("/") == generic.rstrip("/"):
+        return None
+    return endpoint
 
 
 def client(
@@ -131,7 +148,7 @@ def _build(key: _Key) -> Any:
     return _session.create_client(
         service,
         region_name=region,
-        endpoint_url=endpoint,
+        endpoint_url=endpoint_url(endpoint),
         config=config,
         aws_access_key_id=keys.access_key_id,
         aws_secret_access_key=keys.secret_access_key,

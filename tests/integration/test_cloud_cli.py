@@ -23,7 +23,7 @@ import boto3
 import httpx
 import pytest
 
-from tollway.cloud.bootstrap import describe, expected_state
+from tollway.cloud.bootstrap import Clients, describe, expected_state
 from tollway.cloud.local import LocalCloud, free_port
 from tollway.cloud.resources import topology
 
@@ -335,7 +335,7 @@ def test_a_request_in_flight_at_ctrl_c_reaches_the_audit_store_and_the_usage_led
     assert status == 0, out
     assert not _STOP_NOISE.search(out), out
     assert _complete(request_id, {**cli_env(cloud), "TOLLWAY_STAGE": prefix}, tmp_path, timeout_s=0), out
-    dynamodb = boto3.client("dynamodb", endpoint_url=cloud.endpoint, region_name=cloud.region, **_TEST_KEYS)
+    dynamodb = Clients(cloud.endpoint, cloud.region, cloud.env()).client("dynamodb")
     key = {"pk": {"S": f"req#{urllib.parse.quote(request_id, safe='')}"}, "sk": {"S": "usage"}}
     assert "Item" in dynamodb.get_item(TableName=f"{prefix}-usage-ledger", Key=key), out
 

@@ -28,7 +28,13 @@ from tests.infra.synthetic import WORKER_KEY, placeholder_layers, topology_with_
 from tollway.cloud.local import LOCAL_CREDENTIALS, LocalCloud, local_cloud
 from tollway.cloud.resources import Topology, topology
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.not_on_localstack(
+        "CloudFormation would create the stack's tables in LocalStack's own DynamoDB, which needs DynamoDB Local"
+        " (Java, downloaded at run time) and cannot run offline"
+    ),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 SENTINELS = {"AWS_SECRET_ACCESS_KEY": "sentinel-secret-7f3a", "AWS_SESSION_TOKEN": "sentinel-token-9b1c"}

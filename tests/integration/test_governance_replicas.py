@@ -16,13 +16,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import boto3
 import httpx
 import pytest
 import yaml
 
 from tests.support.processes import Gateway, Proc, new_key, start_gateway
-from tollway.cloud.bootstrap import bootstrap
+from tollway.cloud.bootstrap import Clients, bootstrap
 from tollway.cloud.local import LocalCloud
 from tollway.cloud.resources import topology
 
@@ -143,13 +142,7 @@ def test_three_replicas_never_spend_past_one_shared_budget(
     assert spent >= BUDGET_MICRO_USD * 0.6, (spent, served)
     # The shared counter never granted past the limit, and after the give-backs it holds no more
     # than what was spent (a give-back lost on shutdown would only leave it higher, never lower).
-    dynamodb = boto3.client(
-        "dynamodb",
-        endpoint_url=cloud.endpoint,
-        region_name=cloud.region,
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-    )
+    dynamodb = Clients(cloud.endpoint, cloud.region, cloud.env()).client("dynamodb")
     items = dynamodb.scan(TableName=table)["Items"]
     [counter] = [i for i in items if i["pk"]["S"].startswith("budget#tenant:acme#cost#day#")]
     granted = int(counter["granted"]["N"])

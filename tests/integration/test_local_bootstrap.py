@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
 
-from tollway.cloud.bootstrap import BootstrapError, bootstrap, describe, expected_state
+from tollway.cloud.bootstrap import BootstrapError, Clients, bootstrap, describe, expected_state
 from tollway.cloud.local import LocalCloud, free_port
 from tollway.cloud.resources import topology
 
@@ -19,15 +17,8 @@ SECRET_VALUE = "sk-mock-provider-value-that-must-never-be-printed"
 
 
 def client(cloud: LocalCloud, service: str) -> Any:
-    env = cloud.env()
-    return boto3.client(
-        service,
-        endpoint_url=cloud.endpoint,
-        region_name=cloud.region,
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        config=Config(s3={"addressing_style": "path"}),
-    )
+    """The bootstrap's own client: path-style S3, and each service where the environment routes it."""
+    return Clients(cloud.endpoint, cloud.region, cloud.env()).client(service)
 
 
 def account(cloud: LocalCloud) -> str:

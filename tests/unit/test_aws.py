@@ -18,7 +18,7 @@ LOCAL = "http://127.0.0.1:4566"
 
 @pytest.fixture(autouse=True)
 def fresh_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
@@ -86,6 +86,17 @@ def test_the_environment_supplies_endpoint_and_region(monkeypatch: pytest.Monkey
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:5000")  # a changed environment: a new client
     assert aws.client("sqs").meta.endpoint_url == "http://127.0.0.1:5000"
     assert aws.client("sqs", endpoint=LOCAL).meta.endpoint_url == LOCAL  # an explicit endpoint wins
+
+
+def test_a_service_specific_endpoint_wins_over_the_environments_generic_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LocalStack for most services and moto for DynamoDB: the store passes $AWS_ENDPOINT_URL on, and
+    botocore still sends DynamoDB to $AWS_ENDPOINT_URL_DYNAMODB, as it would with no endpoint given."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", LOCAL)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", "http://127.0.0.1:4567")
+    assert aws.client("dynamodb", region="us-east-1", endpoint=LOCAL).meta.endpoint_url == "http://127.0.0.1:4567"
+    assert aws.client("sqs", region="us-east-1", endpoint=LOCAL).meta.endpoint_url == LOCAL
+    other = "http://127.0.0.1:5000"  # an endpoint other than the environment's is used as given
+    assert aws.client("dynamodb", region="us-east-1", endpoint=other).meta.endpoint_url == other
 
 
 def test_concurrent_callers_share_one_client() -> None:

@@ -30,6 +30,7 @@ from typing import Any, Final, TextIO
 
 import orjson
 
+from tollway import aws
 from tollway.audit.events import usage_counts
 from tollway.audit.store import (
     MAX_LIST_LIMIT,
@@ -320,7 +321,7 @@ def _default_store(environ: Mapping[str, str]) -> AuditStore:
         region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         client = boto3.client(
             "dynamodb",
-            endpoint_url=endpoint,
+            endpoint_url=aws.endpoint_url(endpoint),
             region_name=region,
             aws_access_key_id="test",
             aws_secret_access_key="test",

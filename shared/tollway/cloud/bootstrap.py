@@ -59,6 +59,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from tollway.aws import endpoint_url
 from tollway.cloud.local import LOCAL_CREDENTIALS
 from tollway.cloud.resources import BucketSpec, KeySpec, QueueSpec, SecretSpec, TableSpec, Topology, expiry_rule_id
 from tollway.exceptions import TollwayError
@@ -158,7 +159,9 @@ class Clients:
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
-            self._clients[service] = self._session.client(service, endpoint_url=self.endpoint, config=self._config)
+            # ``endpoint_url`` leaves a service-specific AWS_ENDPOINT_URL_<SERVICE> in force.
+            endpoint = endpoint_url(self.endpoint)
+            self._clients[service] = self._session.client(service, endpoint_url=endpoint, config=self._config)
         return self._clients[service]
 
     def account(self) -> str:

@@ -71,10 +71,11 @@ class LocalCloud:
         for k, v in LOCAL_CREDENTIALS.items():
             env.setdefault(k, v)
         if not self.started_here:
-            # An external emulator may be configured with its own keys; keep the caller's.
-            for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-                if os.environ.get(k):
-                    env[k] = os.environ[k]
+            # An external emulator may be configured with its own keys; keep the caller's. It may
+            # also be split by service (AWS_ENDPOINT_URL_DYNAMODB elsewhere); keep that too.
+            for k, v in os.environ.items():
+                if (k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") or k.startswith("AWS_ENDPOINT_URL_")) and v:
+                    env[k] = v
         return env
 
     def stop(self, timeout_s: float = 5.0) -> None:
