@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, TypeVar, cast
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Aws, Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -58,6 +58,21 @@ DECRYPT_ACTIONS: Final = ("kms:Decrypt",)
 DELETE_ACTIONS: Final = ("s3:DeleteObject",)
 """A bucket's ``delete`` grant: the current object only (no version, no tagging, no bucket)."""
 _KEY_ACTIONS: Final = {"envelope": ENVELOPE_ACTIONS, "encrypt": ENCRYPT_ACTIONS, "decrypt": DECRYPT_ACTIONS}
+
+BEDROCK_ACTIONS: Final = ("bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream")
+"""What Bedrock's Converse and ConverseStream are authorized by."""
+
+
+def bedrock_model_arns() -> list[str]:
+    """Foundation models in any region (a cross-region inference profile invokes them in several),
+    and this account's system-defined and application inference profiles."""
+    partition, account = Aws.PARTITION, Aws.ACCOUNT_ID
+    return [
+        f"arn:{partition}:bedrock:*::foundation-model/*",
+        f"arn:{partition}:bedrock:*:{account}:inference-profile/*",
+        f"arn:{partition}:bedrock:*:{account}:application-inference-profile/*",
+    ]
+
 
 _T = TypeVar("_T")
 
@@ -112,6 +127,10 @@ class Resources:
             _lookup(self.secrets, grant).grant_read(grantee)
         elif kind == "key" and access in _KEY_ACTIONS:
             _lookup(self.keys, grant).grant(grantee, *_KEY_ACTIONS[access])
+        elif kind == "bedrock" and key == "models" and access == "invoke":
+            iam.Grant.add_to_principal(
+                grantee=grantee, actions=list(BEDROCK_ACTIONS), resource_arns=bedrock_model_arns()
+            )
         else:
             raise ValueError(f"unsupported grant: {access!r} on {kind} {key!r}")
 

@@ -16,7 +16,7 @@ from aws_cdk.assertions import Template
 
 from infra.app import AppContext, build_stack, new_app
 from tests.infra.synthetic import placeholder_layers
-from tests.infra.template_tools import ACCOUNT, REGION, actions_on, refs, resolve, role_statements
+from tests.infra.template_tools import ACCOUNT, REGION, actions_on, as_list, refs, resolve, role_statements
 from tollway.cloud.resources import BucketSpec, Grant, Topology, topology
 
 STAGE = "assert-stage"
@@ -121,6 +121,10 @@ EXPECTED_ACTIONS: dict[tuple[str, str], tuple[set[str], set[str]]] = {
     ),
     ("bucket", "read-write"): ({"s3:GetObject*", "s3:PutObject"}, set()),
     ("secret", "read"): ({"secretsmanager:GetSecretValue"}, set()),
+    ("bedrock", "invoke"): (
+        {"bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"},
+        {"bedrock:*", "bedrock:CreateModelCustomizationJob", "bedrock:GetFoundationModel"},
+    ),
 }
 """(must have, must not have) per grant: enough to tell each access from the others. Two grants on
 one resource (read and write) allow what either must have, and nothing either must not have
@@ -141,6 +145,11 @@ def resource_id(synth: Synth, grant: Grant) -> str:
 def secret_actions(stmts: list[dict[str, Any]], secret_name: str) -> set[str]:
     marker = f":secret:{secret_name}-??????"
     return {a for s in stmts if marker in json.dumps(s.get("Resource")) for a in s["Action"]}
+
+
+def bedrock_actions(stmts: list[dict[str, Any]]) -> set[str]:
+    """The actions allowed on Bedrock's models (a grant on resources the stack does not create)."""
+    return {a for s in stmts if ":foundation-model/" in json.dumps(s.get("Resource")) for a in as_list(s["Action"])}
 
 
 def named_role(synth: Synth, role_name: str) -> str:
@@ -165,6 +174,8 @@ def assert_role_grants(synth: Synth, role_id: str, grants: tuple[Grant, ...], la
         must_not = set().union(*(EXPECTED_ACTIONS[(g.kind, g.access)][1] for g in same)) - must
         if kind == "secret":
             actions = secret_actions(stmts, synth.topology.secret(key).name)
+        elif kind == "bedrock":
+            actions = bedrock_actions(stmts)
         else:
             target = resource_id(synth, same[0])
             granted.add(target)
@@ -176,6 +187,8 @@ def assert_role_grants(synth: Synth, role_id: str, grants: tuple[Grant, ...], la
         for logical_id in synth.resources(kind):
             if logical_id not in granted:
                 assert actions_on(stmts, logical_id) == set(), (label, logical_id)
+    if not any(g.kind == "bedrock" for g in grants):
+        assert bedrock_actions(stmts) == set(), (label, "bedrock")
     granted_secrets = {synth.topology.secret(g.key).name for g in grants if g.kind == "secret"}
     for spec in synth.topology.secrets:
         if spec.name not in granted_secrets:

@@ -289,6 +289,19 @@ def test_gateway_roles_hold_exactly_the_grants_of_the_spec(synth: Synth) -> None
         assert_grants(synth, name, gateway.grants)
 
 
+def test_the_gateway_may_invoke_bedrock_models_and_inference_profiles_and_nothing_else_of_bedrock(
+    synth: Synth,
+) -> None:
+    stmts = role_statements(synth.json, function_role(synth, synth.topology.gateway.name))
+    (bedrock,) = [s for s in stmts if any(a.startswith("bedrock:") for a in as_list(s["Action"]))]
+    assert sorted(as_list(bedrock["Action"])) == ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]
+    arns = [json.dumps(r) for r in as_list(bedrock["Resource"])]
+    assert len(arns) == 3
+    assert ":bedrock:*::foundation-model/*" in arns[0]
+    assert ":inference-profile/*" in arns[1] and "AWS::AccountId" in arns[1]
+    assert ":application-inference-profile/*" in arns[2] and "AWS::AccountId" in arns[2]
+
+
 def test_every_worker_role_holds_exactly_its_grants_and_trigger_queues(synth: Synth) -> None:
     for spec in synth.topology.functions:
         consumes = tuple(Grant("queue", t.queue, "consume") for t in spec.triggers)

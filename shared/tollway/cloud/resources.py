@@ -181,21 +181,35 @@ class ScheduleTrigger:
 
 
 Access = Literal[
-    "read", "write", "read-write", "item-read-write", "consume", "send", "envelope", "encrypt", "decrypt", "delete"
+    "read",
+    "write",
+    "read-write",
+    "item-read-write",
+    "consume",
+    "send",
+    "envelope",
+    "encrypt",
+    "decrypt",
+    "delete",
+    "invoke",
 ]
 """``item-read-write`` (tables): ``GetItem``, ``PutItem`` and ``UpdateItem`` only, no ``Query``,
 ``Scan``, batch, delete or export: one item at a time, by its key. ``envelope`` (KMS keys):
 ``GenerateDataKey`` and ``Decrypt``, what envelope encryption needs and nothing more; ``encrypt``
 is ``GenerateDataKey`` alone (seal, never unwrap) and ``decrypt`` is ``Decrypt`` alone (unwrap,
 never seal). Bucket ``write`` is put-only and ``delete`` is ``DeleteObject`` alone (on a
-versioned bucket that adds a delete marker; no version is removed for good)."""
+versioned bucket that adds a delete marker; no version is removed for good). ``invoke`` (kind
+``bedrock``, key ``models``): ``InvokeModel`` and ``InvokeModelWithResponseStream`` (what Converse
+and ConverseStream authorize by) on foundation models and the account's inference profiles, the
+only grant on something the stack does not create: which models a stage routes to is
+``llm-router.yml``'s, and it changes without a deploy."""
 
 
 @dataclass(frozen=True, slots=True)
 class Grant:
     """Least-privilege access of a function or role to one resource (by kind and key)."""
 
-    kind: Literal["queue", "table", "bucket", "secret", "key"]
+    kind: Literal["queue", "table", "bucket", "secret", "key", "bedrock"]
     key: str
     access: Access
     prefix: str | None = None
@@ -325,6 +339,7 @@ def conformance_function(prefix: str, schedule: str) -> FunctionSpec:
         grants=(
             Grant("secret", "openai", "read"),
             Grant("secret", "anthropic", "read"),
+            Grant("bedrock", "models", "invoke"),
             Grant("bucket", "config", "write", prefix=CONFORMANCE_PREFIX),
         ),
         bundles_config=True,
@@ -500,6 +515,8 @@ def topology(prefix: str = DEFAULT_PREFIX, *, conformance_schedule: str | None =
                 # Decrypt); reading it back or exporting it is the export function's and the roles'.
                 Grant("bucket", "content", "write"),
                 Grant("key", "content", "encrypt"),
+                # Bedrock routes (type: bedrock) are signed with this role's credentials.
+                Grant("bedrock", "models", "invoke"),
             ),
         ),
     )
