@@ -42,6 +42,8 @@ class TokenEndpoint:
         self.issued: list[str] = []
         self.refused: list[str] = []
         self.fail = False
+        self.requests = 0
+        """Grants asked for, answered or not."""
         self._counter = itertools.count(1)
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -61,6 +63,7 @@ class TokenEndpoint:
         self._thread.join(5)
 
     def grant(self, form: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        self.requests += 1
         if form.get("grant_type") != [JWT_BEARER] or len(form.get("assertion", [])) != 1:
             return 400, {"error": "unsupported_grant_type"}
         try:

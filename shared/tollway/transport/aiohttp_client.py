@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from contextvars import ContextVar, Token
 from typing import Any
@@ -119,6 +119,8 @@ class AiohttpTransport:
     ) -> None:
         self.settings = settings
         self._signer = signer
+        self._ready: Callable[[], Awaitable[None]] | None = getattr(signer, "ready", None)
+        """A signer's wait for what it signs with (a Vertex token), awaited before each request."""
         self._base = settings.base_url.rstrip("/") + "/"
         self._urls: dict[str, str] = {}
         self._encoded: dict[str, yarl.URL] = {}
@@ -193,6 +195,8 @@ class AiohttpTransport:
     async def send(
         self, req: UpstreamRequest, timing: ConnectTiming | None = None
     ) -> tuple[int, Mapping[str, str], bytes]:
+        if self._ready is not None:
+            await self._ready()
         token = _start_timing(timing if self.settings.trace_connect else None)
         url, sent = self._target(req)
         try:
@@ -218,6 +222,8 @@ class AiohttpTransport:
 
     @asynccontextmanager
     async def stream(self, req: UpstreamRequest, timing: ConnectTiming | None = None) -> AsyncIterator[AiohttpStream]:
+        if self._ready is not None:
+            await self._ready()
         token = _start_timing(timing if self.settings.trace_connect else None)
         url, headers = self._target(req)
         try:

@@ -17,8 +17,10 @@ What it does, and nothing more:
   request adds only its ``content-length``. Header names and values are checked once, when
   rendered: a CR, LF or NUL is refused (no header injection). The credential headers are the
   deployment's; nothing in a request can change the host, the path's base or the credential.
-  A deployment with a ``Signer`` (SigV4) signs each request: the signer sees the URL and the
-  headers exactly as the cached head sends them, and its headers follow ``content-length``.
+  A deployment with a ``Signer`` (SigV4, a Vertex token) signs each request: the signer sees the
+  URL and the headers exactly as the cached head sends them, and its headers follow
+  ``content-length``. A signer with an async ``ready()`` (Vertex's token) is awaited first, so
+  waiting for what it signs with never blocks the loop (all three transports do this).
   ``accept-encoding: identity``; a ``gzip`` or ``deflate`` body is decoded all the same, any
   other content encoding fails as ``MALFORMED``.
 - **Responses.** httptools parses status, headers and body (content-length, chunked, or until
@@ -62,7 +64,7 @@ import ssl
 import urllib.parse
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -374,6 +376,8 @@ class H1Transport:
     ) -> None:
         self.settings = settings
         self._signer = signer
+        self._ready: Callable[[], Awaitable[None]] | None = getattr(signer, "ready", None)
+        """A signer's wait for what it signs with (a Vertex token), awaited before each request."""
         parts = urllib.parse.urlsplit(settings.base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("the h1 transport needs an http:// or https:// base URL with a host")
@@ -612,6 +616,8 @@ class H1Transport:
         self, req: UpstreamRequest, timing: ConnectTiming | None = None
     ) -> tuple[int, Mapping[str, str], bytes]:
         timing = timing if self.settings.trace_connect else None
+        if self._ready is not None:
+            await self._ready()
         try:
             conn = await self._acquire(timing)
         except _Failure as exc:
@@ -641,6 +647,8 @@ class H1Transport:
     @asynccontextmanager
     async def stream(self, req: UpstreamRequest, timing: ConnectTiming | None = None) -> AsyncIterator[H1Stream]:
         timing = timing if self.settings.trace_connect else None
+        if self._ready is not None:
+            await self._ready()
         try:
             conn = await self._acquire(timing)
         except _Failure as exc:

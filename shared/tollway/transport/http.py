@@ -16,7 +16,7 @@ from __future__ import annotations
 import ssl
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
@@ -141,6 +141,8 @@ class ProviderTransport:
     ) -> None:
         self.settings = settings
         self._signer = signer
+        self._ready: Callable[[], Awaitable[None]] | None = getattr(signer, "ready", None)
+        """A signer's wait for what it signs with (a Vertex token), awaited before each request."""
         base = settings.base_url.rstrip("/") + "/"
         self._base = base
         self._urls: dict[str, str] = {}
@@ -207,6 +209,8 @@ class ProviderTransport:
 
     async def send(self, req: UpstreamRequest, timing: ConnectTiming | None = None) -> tuple[int, httpx.Headers, bytes]:
         """POST a buffered request; the caller bounds the whole call by its deadline."""
+        if self._ready is not None:
+            await self._ready()
         try:
             request = self._build(req, self._buffered_timeout, timing)
             resp = await self._client.send(request)
@@ -221,6 +225,8 @@ class ProviderTransport:
         self, req: UpstreamRequest, timing: ConnectTiming | None = None
     ) -> AsyncIterator[UpstreamResponse]:
         """Open a streamed POST; leaving the context closes (and so cancels) the upstream call."""
+        if self._ready is not None:
+            await self._ready()
         request = self._build(req, self._stream_timeout, timing)
         try:
             response = await self._client.send(request, stream=True)

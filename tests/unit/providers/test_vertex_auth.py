@@ -172,3 +172,43 @@ def test_unreadable_credentials_fail_publication_at_the_provider(tmp_path: Path)
         google_credentials(str(broken), path="providers.vertex")
     assert [i.path for i in info.value.issues] == ["providers.vertex"]
     assert "not a key" not in info.value.issues[0].message
+
+
+def test_after_a_failed_refresh_a_request_fails_at_once_until_the_retry_window_passes(
+    account: ServiceAccount,
+) -> None:
+    """A token endpoint that is down must not hold the event loop: with no valid token and a refresh
+    that failed under ten seconds ago, signing raises without asking the endpoint again."""
+    clock = Clock()
+    account.endpoint.fail = True
+    signer = signer_for(account, clock)
+    with pytest.raises(UpstreamError):
+        sign(signer)  # the first refresh, waited for, fails
+    asked = account.endpoint.requests
+    for _ in range(5):
+        with pytest.raises(UpstreamError) as info:
+            sign(signer)
+        assert info.value.category is UpstreamCategory.AUTHENTICATION
+        assert "refresh failed" in str(info.value.detail)
+    assert account.endpoint.requests == asked, "no grant asked for within the retry window"
+    account.endpoint.fail = False
+    clock.now += 11
+    assert sign(signer) == "Bearer ya29.test-token-1"
+
+
+async def test_every_transport_awaits_the_signers_readiness_before_signing(account: ServiceAccount) -> None:
+    from tollway.transport import TransportSettings, build_transport
+
+    clock = Clock()
+    signer = signer_for(account, clock)
+    settings = TransportSettings(
+        base_url="http://127.0.0.1:9/", connect_timeout_s=0.5, request_timeout_s=1.0, stream_idle_timeout_s=1.0
+    )
+    for client in ("h1", "aiohttp", "httpx"):
+        transport = build_transport(client, settings, {}, signer=signer)  # type: ignore[arg-type]
+        try:
+            assert transport._ready is not None  # type: ignore[attr-defined]
+            await transport._ready()  # type: ignore[attr-defined]
+            assert signer.expires_at is not None, client
+        finally:
+            await transport.aclose()

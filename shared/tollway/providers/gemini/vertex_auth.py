@@ -10,11 +10,14 @@ Why the refresh is shaped this way: the hook is synchronous and runs on the even
 refresh is a blocking HTTPS round trip. So the token is fetched at publication
 (:meth:`VertexTokenSigner.prime`), and a request that finds it within ``refresh_ahead_s`` of expiry
 (5 minutes) starts one refresh in a background thread and is signed with the token it has, still
-valid. Only a request that finds no valid token at all (none fetched yet, the process was frozen
-past the expiry, or every refresh for the last five minutes failed) waits for a refresh, at most
-``wait_s``; :meth:`VertexTokenSigner.ready` is that wait without blocking the loop, for a caller
-that can await. At most one refresh runs at a time. The clock is injectable, so tests drive expiry
-without sleeping.
+valid. A request that finds no valid token at all (none fetched yet, the process was frozen past
+the expiry, or every refresh for the last five minutes failed) needs a refresh first: the
+transports await :meth:`VertexTokenSigner.ready` before signing (every transport awaits a signer's
+``ready`` when it has one), which waits for it, at most ``wait_s``, without blocking the loop. The
+hook itself blocks only for a caller that did not await (``prime``, at publication), and never
+while a refresh failed less than 10 s ago: then it fails at once as an authentication error, so a
+token endpoint that is down costs each request nothing but that error. At most one refresh runs
+at a time. The clock is injectable, so tests drive expiry without sleeping.
 
 The token never leaves the header it is put in: reprs show the credentials' type, and a failed
 refresh is reported by its exception's type only (a token endpoint's answer may quote the grant).
@@ -139,6 +142,11 @@ class VertexTokenSigner:
             if now < token.expires_at:
                 self._refresh_ahead(now)
                 return {"authorization": token.header}
+        failed_at = self._failed_at
+        if failed_at is not None and self._inflight is None and self._clock() - failed_at < _RETRY_AFTER_FAILURE_S:
+            raise UpstreamError(
+                UpstreamCategory.AUTHENTICATION, detail="Google access token unavailable (refresh failed)"
+            )
         return {"authorization": self._wait_for_token().header}
 
     def prime(self) -> None:
