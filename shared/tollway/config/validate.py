@@ -19,8 +19,8 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final, NamedTuple
 from urllib.parse import urlsplit
 
 from tollway.config.schema import (
@@ -224,20 +224,15 @@ def _check_routing(routing: RoutingConfig, issues: _Issues) -> None:
 
 
 def _check_provider(path: str, provider: ProviderConfig, request_timeout_ms: int, issues: _Issues) -> None:
-    if provider.type == "bedrock":
-        _check_bedrock(path, provider, issues)
-    else:
-        for key in ("awsRegion", "awsProfile"):
+    for kind, (keys, what, check) in _CLOUD_SETTINGS.items():
+        if provider.type == kind:
+            check(path, provider, issues)
+            continue
+        for key in keys:
             if key in provider.model_fields_set:
-                issues.add(f"{path}.{key}", "only a provider of type 'bedrock' takes AWS settings")
-    if provider.type == "vertex":
-        _check_vertex(path, provider, issues)
-    else:
-        for key in ("gcpProject", "gcpLocation"):
-            if key in provider.model_fields_set:
-                issues.add(f"{path}.{key}", "only a provider of type 'vertex' takes Google Cloud settings")
+                issues.add(f"{path}.{key}", f"only a provider of type '{kind}' takes {what}")
     # no region (bedrock), project or location (vertex): reported there
-    unset = provider.type in ("bedrock", "vertex") and not provider.baseUrl
+    unset = provider.type in _CLOUD_SETTINGS and not provider.baseUrl
     problem = None if unset else _base_url_problem(provider.baseUrl, provider.allowInsecureHttp)
     if problem:
         issues.add(f"{path}.baseUrl", problem)
@@ -326,9 +321,18 @@ def _check_vertex(path: str, provider: ProviderConfig, issues: _Issues) -> None:
         )
 
 
+_CLOUD_SETTINGS: Final[dict[str, tuple[tuple[str, ...], str, Callable[[str, ProviderConfig, _Issues], None]]]] = {
+    "bedrock": (("awsRegion", "awsProfile"), "AWS settings", _check_bedrock),
+    "vertex": (("gcpProject", "gcpLocation"), "Google Cloud settings", _check_vertex),
+}
+"""The provider types that sign each request with the gateway's own cloud credentials: the keys
+only they take, what those are called, and their checks. They take no ``credentials[]``, and their
+default ``baseUrl`` comes from those keys."""
+
+
 def _check_credentials(path: str, provider: ProviderConfig, issues: _Issues) -> None:
     creds = provider.credentials
-    if provider.type in ("bedrock", "vertex"):
+    if provider.type in _CLOUD_SETTINGS:
         return
     if provider.authMode == "api-key" and not creds:
         issues.add(f"{path}.credentials", "authMode 'api-key' needs at least one credential")

@@ -82,6 +82,7 @@ from tollway.providers.openai_chat import (
     header,
     load_object,
     malformed,
+    nonblank_parts,
     refine_category,
     retry_after,
     status_category,
@@ -297,21 +298,12 @@ def _blocks(m: Message) -> list[dict[str, Any]]:
     if m.role == "tool":
         if not m.tool_call_id:
             raise InvalidRequest("A tool message needs a tool_call_id.", param="messages")
-        content = _content_blocks(m.content) or [{"text": ""}]
+        content = nonblank_parts(m.content, _part) or [{"text": ""}]
         return [{"toolResult": {"toolUseId": m.tool_call_id, "content": content}}]
-    blocks = _content_blocks(m.content)
+    blocks = nonblank_parts(m.content, _part)  # Bedrock refuses a blank text block
     for call in m.tool_calls or ():
         blocks.append({"toolUse": {"toolUseId": call.id, "name": call.name, "input": tool_arguments(call)}})
     return blocks
-
-
-def _content_blocks(content: str | list[ContentPart] | None) -> list[dict[str, Any]]:
-    """Text and image blocks; empty text is left out, as Bedrock refuses a blank text block."""
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"text": content}] if content else []
-    return [_part(p) for p in content if type(p) is not TextPart or p.text]
 
 
 def _part(part: ContentPart) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, NamedTuple
 
@@ -508,6 +508,19 @@ def describe(info: ErrorInfo | None, body: bytes) -> str:
 def clip(text: str) -> str:
     text = _SECRET.sub("[redacted]", " ".join(text.split()))
     return text if len(text) <= _DETAIL_LIMIT else text[: _DETAIL_LIMIT - 1] + "…"
+
+
+def nonblank_parts(
+    content: str | list[ContentPart] | None, part: Callable[[ContentPart], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """A message's content as the text and part objects of the formats that refuse a blank text
+    (Gemini's ``parts``, Bedrock's content blocks): empty text is left out, and every other part
+    is ``part(p)``."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"text": content}] if content else []
+    return [part(p) for p in content if type(p) is not TextPart or p.text]
 
 
 def tool_arguments(call: ToolCall) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from tollway.canonical import (
 )
 from tollway.exceptions import InvalidRequest, UnsupportedParameter
 from tollway.providers.gemini.signatures import split_id
-from tollway.providers.openai_chat import tool_arguments
+from tollway.providers.openai_chat import nonblank_parts, tool_arguments
 
 __all__ = ["encode_body"]
 
@@ -104,12 +104,12 @@ def _conversation(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
         if m.role == "tool":
             role, parts = "user", [_function_response(m, names)]
         elif m.role == "assistant":
-            role, parts = "model", _parts(m.content)
+            role, parts = "model", nonblank_parts(m.content, _part)
             for call in m.tool_calls or ():
                 names[call.id] = call.name
                 parts.append(_function_call(call))
         else:
-            role, parts = "user", _parts(m.content)
+            role, parts = "user", nonblank_parts(m.content, _part)
         if not parts:
             continue
         if turns and turns[-1]["role"] == role:
@@ -126,14 +126,6 @@ def _function_call(call: ToolCall) -> dict[str, Any]:
     if signature is not None:
         part["thoughtSignature"] = signature
     return part
-
-
-def _parts(content: str | list[ContentPart] | None) -> list[dict[str, Any]]:
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"text": content}] if content else []
-    return [_part(p) for p in content if type(p) is not TextPart or p.text]
 
 
 def _part(part: ContentPart) -> dict[str, Any]:
