@@ -205,7 +205,6 @@ _IBAN = (
 
 _DATE_HEAD = re.compile(r"[0-3]?[0-9]([./\-])[0-3]?[0-9]\1(?:19|20)[0-9]{2}(?![0-9])")
 _INTL_TRUNK = "(0)"
-_NOT_DIGIT = re.compile(r"[^0-9]")
 
 # From the SWIFT IBAN registry: the full length of an IBAN per country.
 _IBAN_LENGTHS = {
@@ -221,19 +220,22 @@ _IBAN_LENGTHS = {
     "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20, "YE": 30,
 }  # fmt: skip
 _IBAN_DIGITS = str.maketrans({chr(c): str(c - 55) for c in range(ord("A"), ord("Z") + 1)})
-_DOUBLED = (0, 2, 4, 6, 8, 1, 3, 5, 7, 9)
+_DOUBLED = str.maketrans("0123456789", "0246813579")
+"""A digit to the digit sum of its double, for Luhn."""
+_NON_DIGIT_BYTES = bytes(b for b in range(256) if not 0x30 <= b <= 0x39)
 
 
 def _luhn_ok(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = ord(ch) - 48
-        total += _DOUBLED[d] if i & 1 else d
-    return total % 10 == 0
+    """The Luhn check of ASCII ``digits``: every second digit from the right doubled. Sums of byte
+    values in C (each digit counts its code, 48 more than its value), about twice as fast as a loop."""
+    backwards = digits[::-1]
+    total = sum(backwards[0::2].encode()) + sum(backwards[1::2].translate(_DOUBLED).encode())
+    return (total - 48 * len(digits)) % 10 == 0
 
 
 def _check_card(text: str, start: int, end: int) -> int:
-    return end if _luhn_ok(_NOT_DIGIT.sub("", text[start:end])) else -1
+    # A card's pattern allows only one kind of separator: a space or a dash.
+    return end if _luhn_ok(text[start:end].replace(" ", "").replace("-", "")) else -1
 
 
 def _accept(text: str, start: int, end: int) -> int:
@@ -242,7 +244,8 @@ def _accept(text: str, start: int, end: int) -> int:
 
 
 def _digit_count(value: str) -> int:
-    return len(_NOT_DIGIT.sub("", value))
+    """How many ASCII digits ``value`` has (a non-ASCII character is no ASCII digit)."""
+    return len(value.encode("ascii", "ignore").translate(None, _NON_DIGIT_BYTES))
 
 
 def _trim_groups(text: str, start: int, end: int, most: int) -> int:

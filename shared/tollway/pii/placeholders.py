@@ -18,9 +18,11 @@ a placeholder parses one way only and two placeholders can never overlap in a te
 
 Why these lengths:
 
-* ``id`` comes from ``secrets``: 80 bits. Within one scope, *n* placeholders collide with
-  probability below n²/2⁸¹ (under 2⁻⁴¹ for a million values). Ids are never derived from
-  values, so equal values in different scopes are not linkable through their placeholders.
+* ``id`` comes from ``secrets``: 80 bits (16 random bytes, each giving one base32 character
+  from its low 5 bits: 256 is a multiple of 32, so every character is uniform). Within one
+  scope, *n* placeholders collide with probability below n²/2⁸¹ (under 2⁻⁴¹ for a million
+  values). Ids are never derived from values, so equal values in different scopes are not
+  linkable through their placeholders.
 * ``mac`` is HMAC-SHA256 keyed by a per-deployment key over (format version, id, kind, scope
   binding), truncated to 65 bits (13 base32 characters, every bit used). Without the key an
   attacker, or a model that invents placeholders, has a chance of at most q·k·2⁻⁶⁵ to make any
@@ -42,7 +44,13 @@ import hmac
 import re
 import secrets
 from collections.abc import Sequence
-from typing import Literal, NoReturn
+from typing import Any, Literal, NoReturn
+
+_hmac_new: Any
+try:  # OpenSSL's HMAC object: its copy() is one C call, where hmac.HMAC's copy() is Python
+    from _hashlib import hmac_new as _hmac_new
+except ImportError:  # pragma: no cover - a Python built without OpenSSL
+    _hmac_new = None
 
 __all__ = [
     "MAX_PLACEHOLDER_LEN",
@@ -53,13 +61,13 @@ __all__ = [
     "encode_id",
     "is_placeholder_prefix",
     "normalise_kind",
+    "random_id",
     "scope_binding",
 ]
 
 _VERSION = "TWPII1"
 _HEAD = "[" + _VERSION + "_"
 _MAX_KIND_LEN = 12
-_ID_BYTES = 10
 _ID_LEN = 16
 _ID_RE = re.compile(f"[A-Z2-7]{{{_ID_LEN}}}")
 _MAC_LEN = 13
@@ -98,11 +106,16 @@ _KIND_CACHE_SIZE = 256
 
 _BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 _PAIRS = tuple(a + b for a in _BASE32 for b in _BASE32)
+_RANDOM_ID = bytes(ord(_BASE32[i & 31]) for i in range(256))
+"""A random byte's base32 character (its low 5 bits): a random id is one ``bytes.translate``."""
 """Every 10-bit value as two RFC 4648 base32 characters: an id or MAC field is then five table
 lookups on one integer, where ``base64.b32encode`` (pure Python on 3.11) took twice as long;
 tests check the two agree."""
 
 Scope = Literal["request", "session", "host"]
+
+_MAC_PREFIX = f"tollway.pii.placeholder\x00{_VERSION}\x00".encode("ascii")
+"""What every MAC's message starts with, absorbed once into each key's prepared state."""
 
 
 def normalise_kind(name: str) -> str:
@@ -122,6 +135,11 @@ def normalise_kind(name: str) -> str:
     if len(_KIND_CACHE) < _KIND_CACHE_SIZE:
         _KIND_CACHE[name] = tag
     return tag
+
+
+def random_id() -> str:
+    """A fresh random placeholder id: 16 base32 characters, 80 bits from ``secrets``."""
+    return secrets.token_bytes(_ID_LEN).translate(_RANDOM_ID).decode("ascii")
 
 
 def encode_id(raw: bytes) -> str:
@@ -178,7 +196,9 @@ class PlaceholderKey:
     """One per-deployment MAC key. Its ``repr`` shows only ``key_id``, never key material.
 
     ``key_id`` is a non-secret label (for audit and rotation bookkeeping). Only the prepared
-    HMAC state is kept, and the key cannot be pickled or copied into a log line.
+    HMAC state is kept (the key and the message's fixed prefix absorbed: a MAC is then one C-level
+    copy, one update and one digest, 0.6 µs where ``hmac.HMAC.copy`` took 1.7), and the key
+    cannot be pickled or copied into a log line.
     """
 
     __slots__ = ("_hmac", "key_id")
@@ -186,7 +206,11 @@ class PlaceholderKey:
     def __init__(self, secret: bytes, key_id: str = "") -> None:
         if not isinstance(secret, bytes) or len(secret) < _MIN_KEY_BYTES:
             raise ValueError(f"a placeholder key needs at least {_MIN_KEY_BYTES} bytes")
-        self._hmac = hmac.new(secret, digestmod=hashlib.sha256)
+        state: Any = _hmac_new(secret, digestmod="sha256") if _hmac_new is not None else None
+        if state is None:  # pragma: no cover - without OpenSSL
+            state = hmac.new(secret, digestmod=hashlib.sha256)
+        state.update(_MAC_PREFIX)
+        self._hmac = state
         self.key_id = key_id
 
     @classmethod
@@ -198,8 +222,7 @@ class PlaceholderKey:
         """The 13-character MAC field for (format version, id, kind, binding)."""
         state = self._hmac.copy()
         # id is fixed-length and kind has no NUL, so this encoding has one parse.
-        state.update(f"tollway.pii.placeholder\x00{_VERSION}\x00{token_id}\x00{kind}\x00".encode("ascii"))
-        state.update(binding)
+        state.update(f"{token_id}\x00{kind}\x00".encode("ascii") + binding)
         return _base32_65(state.digest())
 
     def __repr__(self) -> str:
@@ -232,9 +255,8 @@ class PlaceholderMinter:
     def mint(self, kind: str, binding: bytes) -> str:
         """A new placeholder for a value of ``kind``, valid only under ``binding``."""
         tag = normalise_kind(kind)
-        token_id = encode_id(secrets.token_bytes(_ID_BYTES))
-        mac = self._keys[0].mac(token_id, tag, bytes(binding))
-        return f"{_HEAD}{tag}_{token_id}_{mac}]"
+        token_id = random_id()
+        return f"{_HEAD}{tag}_{token_id}_{self._keys[0].mac(token_id, tag, bytes(binding))}]"
 
     def mint_with_id(self, kind: str, binding: bytes, token_id: str) -> str:
         """A placeholder with a given 16-character base32 ``token_id``: for a durable scope, whose

@@ -108,25 +108,28 @@ class Tokenizer:
         spans = self._detector.find(text)
         if not spans:
             return text
+        placeholder = self._placeholder
         pieces: list[str] = []
         at = 0
         for span in spans:
-            value = text[span.start : span.end]
-            if PLACEHOLDER_RE.fullmatch(value):
+            start, end = span.start, span.end
+            value = text[start:end]
+            if value[0] == "[" and PLACEHOLDER_RE.fullmatch(value):
                 continue  # a placeholder sent back is content already protected
-            pieces.append(text[at : span.start])
-            pieces.append(self._placeholder(span.kind, value))
-            at = span.end
+            pieces.append(text[at:start])
+            pieces.append(placeholder(span.kind, value))
+            at = end
         if not pieces:
             return text
         pieces.append(text[at:])
         return "".join(pieces)
 
     def _placeholder(self, kind: str, value: str) -> str:
-        tag = normalise_kind(kind)
         counts = self.out.counts
         counts[kind] = counts.get(kind, 0) + 1
-        known = self._seen.get((tag, value))
+        tag = normalise_kind(kind)
+        key = (tag, value)
+        known = self._seen.get(key)
         if known is not None:
             return known
         if self._derive is None:
@@ -135,7 +138,7 @@ class Tokenizer:
             keys, binding = self._derive
             token = keys.minter.mint_with_id(tag, binding, keys.derived_id(binding, tag, value))
             self._mapping.insert(token, value)
-        self._seen[(tag, value)] = token
+        self._seen[key] = token
         self.out.minted.append((token, tag, value))
         return token
 

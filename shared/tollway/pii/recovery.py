@@ -98,7 +98,8 @@ class Mapping:
 
     def mint(self, kind: str, value: str) -> str:
         """The placeholder for ``value``: the one already given to it here, or a new one."""
-        self._check_open()
+        if self._cleared:
+            self._check_open()
         key = (normalise_kind(kind), value)
         token = self._by_value.get(key)
         if token is None:

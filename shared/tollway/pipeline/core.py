@@ -537,23 +537,32 @@ async def _cancel_on_disconnect(disconnected: Callable[[], Awaitable[None]]) -> 
         watcher.cancel()
 
 
-async def _transformed(
-    events: AsyncIterator[StreamEvent], transforms: list[StreamTransform]
-) -> AsyncIterator[StreamEvent]:
-    """``events`` through each transform in turn; what a transform still holds at the end is
-    flushed through the transforms after it."""
+class _Chain:
+    """A stream's transforms applied in turn, synchronously, inside the frame loop (no async
+    generator per event: an extra one cost about 2 µs per event); what a transform still holds at
+    the end is flushed through the transforms after it."""
 
-    def through(batch: Iterable[StreamEvent], start: int) -> Iterable[StreamEvent]:
-        for t in transforms[start:]:
+    __slots__ = ("_transforms",)
+
+    def __init__(self, transforms: list[StreamTransform]) -> None:
+        self._transforms = transforms
+
+    def feed(self, ev: StreamEvent) -> Iterable[StreamEvent]:
+        transforms = self._transforms
+        if len(transforms) == 1:
+            return transforms[0].feed(ev)
+        return self._through((ev,), 0)
+
+    def _through(self, batch: Iterable[StreamEvent], start: int) -> Iterable[StreamEvent]:
+        for t in self._transforms[start:]:
             batch = [out for ev in batch for out in t.feed(ev)]
         return batch
 
-    async for ev in events:
-        for out in through((ev,), 0):
-            yield out
-    for i, t in enumerate(transforms):
-        for out in through(t.flush(), i + 1):
-            yield out
+    def flush(self) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        for i, t in enumerate(self._transforms):
+            out.extend(self._through(t.flush(), i + 1))
+        return out
 
 
 class _StreamSession:
@@ -563,7 +572,7 @@ class _StreamSession:
     (the client left before the first write) would never run it.
     """
 
-    __slots__ = ("_closed", "_committed", "_encoder", "_error", "_events", "_hold_done", "_life")
+    __slots__ = ("_chain", "_closed", "_committed", "_encoder", "_error", "_hold_done", "_life")
 
     def __init__(
         self, life: _Lifecycle, committed: CommittedStream, encoder: StreamEncoder, transforms: list[StreamTransform]
@@ -572,19 +581,29 @@ class _StreamSession:
         self._life = life
         self._committed = committed
         self._encoder = encoder
-        events = committed.events()
-        self._events = _transformed(events, transforms) if transforms else events
+        self._chain = _Chain(transforms) if transforms else None
         self._error: BaseException | None = None
         self._closed = False
         self._hold_done = life.pipeline.hold_done and life.call.admitted_at > 0
 
     async def frames(self) -> AsyncGenerator[bytes, None]:
-        encoder, call = self._encoder, self._life.call
+        encoder, call, chain = self._encoder, self._life.call, self._chain
         try:
-            async for ev in self._events:
-                out = encoder.event(ev)
-                if out:
-                    yield out
+            if chain is None:
+                async for ev in self._committed.events():
+                    out = encoder.event(ev)
+                    if out:
+                        yield out
+            else:
+                async for ev in self._committed.events():
+                    for each in chain.feed(ev):
+                        out = encoder.event(each)
+                        if out:
+                            yield out
+                for each in chain.flush():
+                    out = encoder.event(each)
+                    if out:
+                        yield out
             tail = encoder.end(self._committed.final_usage())
             if self._hold_done:
                 call.status, call.commit = 200, True

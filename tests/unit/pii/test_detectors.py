@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tollway.exceptions import TollwayError
+from tollway.pii import detectors
 from tollway.pii.detectors import (
     BUILTIN_KINDS,
     MAX_PATTERN_LEN,
@@ -584,6 +585,21 @@ def luhn_complete(digits: str) -> str:
     return digits + str((10 - total % 10) % 10)
 
 
+@given(st.text(alphabet="0123456789", min_size=1, max_size=40))
+def test_the_luhn_check_agrees_with_its_definition(digits: str) -> None:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch) * (2 if i % 2 else 1)
+        total += d - 9 if d > 9 else d
+    assert detectors._luhn_ok(digits) is (total % 10 == 0)
+    assert detectors._luhn_ok(luhn_complete(digits))
+
+
+@given(st.text(alphabet="0123456789 .-()/+ab\u0663", max_size=40))
+def test_digit_count_counts_ascii_digits_only(text: str) -> None:
+    assert detectors._digit_count(text) == sum(ch in "0123456789" for ch in text)
+
+
 CARD_PREFIXES = ["4", "51", "55", "2221", "2720", "34", "37", "36", "38", "6011", "65", "3528", "62", "22"]
 
 
@@ -699,3 +715,4 @@ LABEL = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
 def test_an_email_address_is_found_exactly(left: str, atoms: list[str], labels: list[str], right: str) -> None:
     value = ".".join(atoms) + "@" + ".".join(labels) + ".example"
     assert_covered("email", left, value, right)
+

@@ -21,6 +21,7 @@ from tollway.pii.placeholders import (
     encode_id,
     is_placeholder_prefix,
     normalise_kind,
+    random_id,
     scope_binding,
 )
 
@@ -81,6 +82,23 @@ def test_longest_kind_gives_the_longest_placeholder(minter: PlaceholderMinter) -
 def test_ids_are_unique_and_random(minter: PlaceholderMinter) -> None:
     ids = {parts(minter.mint("PHONE", BINDING))[1] for _ in range(2000)}
     assert len(ids) == 2000
+
+
+def test_a_random_id_is_one_base32_character_per_random_byte(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each of 16 random bytes gives the base32 character of its low 5 bits: every character is
+    # the image of exactly 8 of the 256 byte values, so each is uniform and the id has 80 random bits.
+    blocks = [bytes(range(i, i + 16)) for i in range(0, 256, 16)]
+    given_out = iter(blocks)
+    sizes = []
+
+    def token_bytes(n: int) -> bytes:
+        sizes.append(n)
+        return next(given_out)
+
+    monkeypatch.setattr("tollway.pii.placeholders.secrets.token_bytes", token_bytes)
+    ids = [random_id() for _ in blocks]
+    assert ids == ["".join(BASE32[b & 31] for b in block) for block in blocks]
+    assert sizes == [16] * 16
 
 
 @pytest.mark.parametrize(

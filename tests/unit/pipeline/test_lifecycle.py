@@ -329,6 +329,38 @@ async def test_stream_transforms_run_and_flush_what_they_hold() -> None:
     assert [t for t in texts if t] == ["AB", "CD"]
 
 
+class Suffix:
+    """A stateless transform: each text delta with an ``x`` after it."""
+
+    def feed(self, ev: StreamEvent) -> Iterable[StreamEvent]:
+        return [TextDelta(ev.text + "x")] if isinstance(ev, TextDelta) else [ev]
+
+    def flush(self) -> Iterable[StreamEvent]:
+        return []
+
+
+class Suffixing(Recorder):
+    def transform(self, call: Call) -> StreamTransform | None:
+        return Suffix()
+
+
+async def test_several_stream_transforms_run_nearest_the_provider_first() -> None:
+    # Plan order: the suffix stage, then the upper-casing one, which is nearer the provider, so the
+    # text is upper-cased first and suffixed after ("ABx"; the other order would give "ABX"). What
+    # the upper-casing transform holds at the end goes through the suffix as well.
+    log: list[tuple[Any, ...]] = []
+    rig = Rig(oa.stream("ab", "cd"), (Suffixing("s", log), Transforming("t", log)))
+    reply = await rig.run(STREAM)
+    assert isinstance(reply, StreamReply)
+    texts = [
+        c["delta"].get("content")
+        for frame in (await drain(reply)).split(b"\n\n")
+        if frame.startswith(b"data: {")
+        for c in orjson.loads(frame[6:])["choices"]
+    ]
+    assert [t for t in texts if t] == ["ABx", "CDx"]
+
+
 async def test_a_plan_with_no_stages_runs_none() -> None:
     rig = Rig(oa.completion())
     assert rig.root.aliases[ALIAS].stages == ()
