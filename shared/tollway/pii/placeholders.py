@@ -197,8 +197,8 @@ class PlaceholderKey:
 
     ``key_id`` is a non-secret label (for audit and rotation bookkeeping). Only the prepared
     HMAC state is kept (the key and the message's fixed prefix absorbed: a MAC is then one C-level
-    copy, one update and one digest, 0.6 µs where ``hmac.HMAC.copy`` took 1.7), and the key
-    cannot be pickled or copied into a log line.
+    copy, one update and one digest, 0.6 µs where ``hmac.HMAC``'s Python copy, updates and digest
+    took 1.2), and the key cannot be pickled or copied into a log line.
     """
 
     __slots__ = ("_hmac", "key_id")

@@ -52,7 +52,7 @@ class PiiProfile:
     enrichment: bool
     ttl_s: int
     offload: bool = False
-    """Detection is slow (a model: ``engine: presidio``, about 26 ms per 2 KB): it runs in a worker
+    """Detection is slow (a model: ``engine: presidio``, about 30 ms per 2 KB): it runs in a worker
     thread, so one request's scan does not hold the event loop every other request runs on."""
 
     @property

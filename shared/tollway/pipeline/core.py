@@ -538,9 +538,9 @@ async def _cancel_on_disconnect(disconnected: Callable[[], Awaitable[None]]) -> 
 
 
 class _Chain:
-    """A stream's transforms applied in turn, synchronously, inside the frame loop (no async
-    generator per event: an extra one cost about 2 µs per event); what a transform still holds at
-    the end is flushed through the transforms after it."""
+    """A stream's transforms applied in turn, synchronously, inside the frame loop (an async
+    generator of their own cost 0.15 µs more per event); what a transform still holds at the end is
+    flushed through the transforms after it."""
 
     __slots__ = ("_transforms",)
 

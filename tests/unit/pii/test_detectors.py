@@ -715,4 +715,3 @@ LABEL = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
 def test_an_email_address_is_found_exactly(left: str, atoms: list[str], labels: list[str], right: str) -> None:
     value = ".".join(atoms) + "@" + ".".join(labels) + ".example"
     assert_covered("email", left, value, right)
-
