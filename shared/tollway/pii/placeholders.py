@@ -106,11 +106,11 @@ _KIND_CACHE_SIZE = 256
 
 _BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 _PAIRS = tuple(a + b for a in _BASE32 for b in _BASE32)
-_RANDOM_ID = bytes(ord(_BASE32[i & 31]) for i in range(256))
-"""A random byte's base32 character (its low 5 bits): a random id is one ``bytes.translate``."""
 """Every 10-bit value as two RFC 4648 base32 characters: an id or MAC field is then five table
 lookups on one integer, where ``base64.b32encode`` (pure Python on 3.11) took twice as long;
 tests check the two agree."""
+_RANDOM_ID = bytes(ord(_BASE32[i & 31]) for i in range(256))
+"""A random byte's base32 character (its low 5 bits): a random id is one ``bytes.translate``."""
 
 Scope = Literal["request", "session", "host"]
 
