@@ -315,10 +315,9 @@ def oa_cut() -> Any:
     return connection_lost()
 
 
-async def test_stream_transforms_run_and_flush_what_they_hold() -> None:
-    log: list[tuple[Any, ...]] = []
-    rig = Rig(oa.stream("ab", "cd"), (Transforming("t", log),))
-    reply = await rig.run(STREAM)
+async def streamed_texts(stages: tuple[BaseStage, ...]) -> list[str]:
+    """The text deltas a client gets for a stream of "ab", "cd" through ``stages``."""
+    reply = await Rig(oa.stream("ab", "cd"), stages).run(STREAM)
     assert isinstance(reply, StreamReply)
     texts = [
         c["delta"].get("content")
@@ -326,7 +325,12 @@ async def test_stream_transforms_run_and_flush_what_they_hold() -> None:
         if frame.startswith(b"data: {")
         for c in orjson.loads(frame[6:])["choices"]
     ]
-    assert [t for t in texts if t] == ["AB", "CD"]
+    return [t for t in texts if t]
+
+
+async def test_stream_transforms_run_and_flush_what_they_hold() -> None:
+    log: list[tuple[Any, ...]] = []
+    assert await streamed_texts((Transforming("t", log),)) == ["AB", "CD"]
 
 
 class Suffix:
@@ -349,16 +353,7 @@ async def test_several_stream_transforms_run_nearest_the_provider_first() -> Non
     # text is upper-cased first and suffixed after ("ABx"; the other order would give "ABX"). What
     # the upper-casing transform holds at the end goes through the suffix as well.
     log: list[tuple[Any, ...]] = []
-    rig = Rig(oa.stream("ab", "cd"), (Suffixing("s", log), Transforming("t", log)))
-    reply = await rig.run(STREAM)
-    assert isinstance(reply, StreamReply)
-    texts = [
-        c["delta"].get("content")
-        for frame in (await drain(reply)).split(b"\n\n")
-        if frame.startswith(b"data: {")
-        for c in orjson.loads(frame[6:])["choices"]
-    ]
-    assert [t for t in texts if t] == ["ABx", "CDx"]
+    assert await streamed_texts((Suffixing("s", log), Transforming("t", log))) == ["ABx", "CDx"]
 
 
 async def test_a_plan_with_no_stages_runs_none() -> None:
