@@ -206,11 +206,11 @@ class PlaceholderKey:
     def __init__(self, secret: bytes, key_id: str = "") -> None:
         if not isinstance(secret, bytes) or len(secret) < _MIN_KEY_BYTES:
             raise ValueError(f"a placeholder key needs at least {_MIN_KEY_BYTES} bytes")
-        state: Any = _hmac_new(secret, digestmod="sha256") if _hmac_new is not None else None
-        if state is None:  # pragma: no cover - without OpenSSL
-            state = hmac.new(secret, digestmod=hashlib.sha256)
-        state.update(_MAC_PREFIX)
-        self._hmac = state
+        if _hmac_new is not None:
+            self._hmac: Any = _hmac_new(secret, digestmod="sha256")
+        else:  # pragma: no cover - a Python built without OpenSSL
+            self._hmac = hmac.new(secret, digestmod=hashlib.sha256)
+        self._hmac.update(_MAC_PREFIX)
         self.key_id = key_id
 
     @classmethod

@@ -98,8 +98,7 @@ class Mapping:
 
     def mint(self, kind: str, value: str) -> str:
         """The placeholder for ``value``: the one already given to it here, or a new one."""
-        if self._cleared:
-            self._check_open()
+        self._check_open()
         key = (normalise_kind(kind), value)
         token = self._by_value.get(key)
         if token is None:
