@@ -103,7 +103,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 from tollway.exceptions import TollwayError
 
@@ -130,9 +130,11 @@ MAX_TERMS = 100_000
 _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
-    """One detected value: ``text[start:end]``, of ``kind`` (a built-in kind or a custom name)."""
+class Span(NamedTuple):
+    """One detected value: ``text[start:end]``, of ``kind`` (a built-in kind or a custom name).
+
+    A named tuple, not a frozen dataclass: it is made for every value of every prompt, in 0.2 µs
+    where a frozen dataclass took 0.36, and unpacks as ``start, end, kind``."""
 
     start: int
     end: int
@@ -342,7 +344,8 @@ def _numeric_pattern(kinds: frozenset[str]) -> re.Pattern[str] | None:
 
 # --- email --------------------------------------------------------------------------------------
 
-_LOCAL_ASCII = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-")
+_LOCAL_ASCII_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-"
+_LOCAL_ASCII = frozenset(_LOCAL_ASCII_CHARS)
 _MAX_LOCAL = 64
 _DOMAIN = re.compile(r"(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.)+[^\W\d_]{2,63}(?![\w-])")
 
@@ -355,8 +358,10 @@ def _find_emails(text: str, out: list[_Candidate]) -> None:
     """Anchor on each ``@``: walk left over the local part, then match the domain after it."""
     at = text.find("@")
     while at != -1:
-        start = at
         floor = max(0, at - _MAX_LOCAL)
+        # The ASCII run before the "@" in one C call (``rstrip``), then, only where it stops at a
+        # non-ASCII letter or digit, the walk goes on one character at a time.
+        start = floor + len(text[floor:at].rstrip(_LOCAL_ASCII_CHARS))
         while start > floor and _local_char(text[start - 1]):
             start -= 1
         if start == floor and start > 0 and _local_char(text[start - 1]):

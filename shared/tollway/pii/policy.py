@@ -111,13 +111,12 @@ class Tokenizer:
         placeholder = self._placeholder
         pieces: list[str] = []
         at = 0
-        for span in spans:
-            start, end = span.start, span.end
+        for start, end, kind in spans:
             value = text[start:end]
             if value[0] == "[" and PLACEHOLDER_RE.fullmatch(value):
                 continue  # a placeholder sent back is content already protected
             pieces.append(text[at:start])
-            pieces.append(placeholder(span.kind, value))
+            pieces.append(placeholder(kind, value))
             at = end
         if not pieces:
             return text

@@ -31,9 +31,16 @@ from typing import NoReturn
 
 import orjson
 
-from tollway.pii.placeholders import PLACEHOLDER_RE, PlaceholderMinter, is_placeholder_prefix, normalise_kind
+from tollway.pii.placeholders import (
+    PLACEHOLDER_RE,
+    PlaceholderMinter,
+    is_placeholder_prefix,
+    normalise_kind,
+    random_ids,
+)
 
 __all__ = [
+    "ID_BATCH",
     "Escape",
     "Mapping",
     "Outcomes",
@@ -49,6 +56,9 @@ Resolve = Callable[[str], str | None]
 
 Escape = Callable[[str], str]
 """How a recovered value is written into its channel, e.g. ``json_string_escape`` for tool arguments."""
+
+ID_BATCH = 8
+"""Random placeholder ids a mapping draws at once (one system call for up to eight values)."""
 
 _MARKER = re.compile("twpii", re.IGNORECASE | re.ASCII)
 _MARKER_TAIL = len("twpii") - 1
@@ -87,7 +97,7 @@ class Mapping:
     repeated value reads as the same thing to the model; across mappings nothing is shared.
     """
 
-    __slots__ = ("_binding", "_by_token", "_by_value", "_cleared", "_minter")
+    __slots__ = ("_binding", "_by_token", "_by_value", "_cleared", "_ids", "_minter")
 
     def __init__(self, minter: PlaceholderMinter, binding: bytes) -> None:
         self._minter = minter
@@ -95,6 +105,8 @@ class Mapping:
         self._by_token: dict[str, str] = {}
         self._by_value: dict[tuple[str, str], str] = {}
         self._cleared = False
+        self._ids = ""
+        """Random ids drawn (``ID_BATCH`` at a time) and not used yet; each is used once."""
 
     def mint(self, kind: str, value: str) -> str:
         """The placeholder for ``value``: the one already given to it here, or a new one."""
@@ -102,7 +114,9 @@ class Mapping:
         key = (normalise_kind(kind), value)
         token = self._by_value.get(key)
         if token is None:
-            token = self._minter.mint(key[0], self._binding)
+            ids = self._ids or random_ids(ID_BATCH)
+            self._ids = ids[16:]
+            token = self._minter.mint(key[0], self._binding, ids[:16])
             self._by_token[token] = value
             self._by_value[key] = token
         return token
@@ -131,6 +145,7 @@ class Mapping:
         """Drop every value and placeholder; afterwards nothing resolves and nothing can be added."""
         self._by_token.clear()
         self._by_value.clear()
+        self._ids = ""
         self._cleared = True
 
     def _check_open(self) -> None:

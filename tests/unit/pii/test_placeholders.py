@@ -22,13 +22,16 @@ from tollway.pii.placeholders import (
     is_placeholder_prefix,
     normalise_kind,
     random_id,
+    random_ids,
     scope_binding,
 )
+from tollway.pii.recovery import ID_BATCH, Mapping
 
 SECRET = b"k" * 32
 BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 KIND_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 BINDING = scope_binding("request", "req-1")
+KNOWN_MAC = "YB2ATPOQ33S6A"
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +54,21 @@ def test_id_encoding_is_rfc4648_base32(raw: bytes) -> None:
     assert encode_id(raw) == base64.b32encode(raw).decode("ascii")
 
 
-@given(st.text(BASE32, min_size=16, max_size=16), st.binary(min_size=32, max_size=32))
-def test_mac_is_the_first_65_bits_of_the_hmac_in_base32(token_id: str, binding: bytes) -> None:
+@given(
+    st.text(BASE32, min_size=16, max_size=16),
+    st.binary(min_size=32, max_size=32),
+    # Keys shorter than, as long as and longer than SHA-256's 64-byte block (RFC 2104 hashes those first).
+    st.binary(min_size=32, max_size=200) | st.sampled_from([b"k" * 64, b"k" * 65]),
+)
+def test_mac_is_the_first_65_bits_of_the_hmac_in_base32(token_id: str, binding: bytes, secret: bytes) -> None:
     msg = f"tollway.pii.placeholder\x00TWPII1\x00{token_id}\x00EMAIL\x00".encode("ascii") + binding
-    digest = hmac.new(SECRET, msg, hashlib.sha256).digest()
-    assert PlaceholderKey(SECRET).mac(token_id, "EMAIL", binding) == base64.b32encode(digest[:9]).decode()[:13]
+    digest = hmac.new(secret, msg, hashlib.sha256).digest()
+    assert PlaceholderKey(secret).mac(token_id, "EMAIL", binding) == base64.b32encode(digest[:9]).decode()[:13]
+
+
+def test_the_mac_of_a_known_vector_is_unchanged() -> None:
+    # Placeholders minted by an earlier release must still verify: this MAC was computed then.
+    assert PlaceholderKey(SECRET).mac("ABCDEFGHIJKLMNOP", "EMAIL", b"\x00" * 32) == KNOWN_MAC
 
 
 def test_lengths_follow_from_the_grammar() -> None:
@@ -99,6 +112,36 @@ def test_a_random_id_is_one_base32_character_per_random_byte(monkeypatch: pytest
     ids = [random_id() for _ in blocks]
     assert ids == ["".join(BASE32[b & 31] for b in block) for block in blocks]
     assert sizes == [16] * 16
+
+
+def test_random_ids_are_drawn_in_one_call_and_encoded_like_one_id_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = []
+
+    def token_bytes(n: int) -> bytes:
+        sizes.append(n)
+        return bytes(range(n))
+
+    monkeypatch.setattr("tollway.pii.placeholders.secrets.token_bytes", token_bytes)
+    ids = random_ids(8)
+    assert sizes == [128]
+    assert ids == "".join(BASE32[b & 31] for b in range(128))
+
+
+def test_a_mapping_draws_random_ids_in_batches_and_never_reuses_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    draws = []
+    real = random_ids
+
+    def counting(count: int) -> str:
+        draws.append(count)
+        return real(count)
+
+    monkeypatch.setattr("tollway.pii.recovery.random_ids", counting)
+    mapping = Mapping(PlaceholderMinter([PlaceholderKey(SECRET)]), BINDING)
+    tokens = [mapping.mint("EMAIL", f"user{i}@example.com") for i in range(20)]
+    ids = [parts(token)[1] for token in tokens]
+    assert len(set(ids)) == 20
+    assert draws == [ID_BATCH] * -(-20 // ID_BATCH)
+    assert all(mapping.resolve(token) == f"user{i}@example.com" for i, token in enumerate(tokens))
 
 
 @pytest.mark.parametrize(
