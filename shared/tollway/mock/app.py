@@ -46,6 +46,7 @@ from tollway.mock.content import (
     DEFAULT_CHUNKS,
     MockRequest,
     TextReply,
+    build_text_reply,
     json_reply,
     placeholder_reply,
     split_text,
@@ -325,7 +326,8 @@ class MockApp:
         elif req.json_format is not None:
             reply = json_reply(req.json_format, req.echo, faults.words, chunks)
         else:
-            reply = text_reply(req.echo, faults.words, req.max_tokens, chunks)
+            build = build_text_reply if faults.no_reply_cache else text_reply
+            reply = build(req.echo, faults.words, req.max_tokens, chunks)
             if prefill and reply.text.startswith(prefill) and len(reply.text) > len(prefill):
                 rest = reply.text[len(prefill) :]
                 reply = TextReply(rest, split_text(rest, chunks), len(rest.split()), reply.truncated)

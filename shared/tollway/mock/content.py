@@ -50,6 +50,7 @@ __all__ = [
     "Thinking",
     "ToolReply",
     "ToolSpec",
+    "build_text_reply",
     "content_text",
     "json_reply",
     "pick_tool",
@@ -182,9 +183,9 @@ def content_text(content: Any) -> str:
     return " ".join(p for p in parts if p)
 
 
-@functools.lru_cache(maxsize=1024)
-def text_reply(echo: str, words: int | None, max_tokens: int | None, chunks: int) -> TextReply:
-    """Build (and cache) the reply to a request whose last user-side text is ``echo``."""
+def build_text_reply(echo: str, words: int | None, max_tokens: int | None, chunks: int) -> TextReply:
+    """The reply to a request whose last user-side text is ``echo``, built afresh (``text_reply``
+    is the same, memoized; fault ``no_reply_cache=1`` asks for this one)."""
     echoed = echo.split()
     if words is None:
         body = echoed[:ECHO_WORDS]
@@ -197,6 +198,10 @@ def text_reply(echo: str, words: int | None, max_tokens: int | None, chunks: int
         all_words = all_words[:max_tokens]
     text = " ".join(all_words)
     return TextReply(text, split_text(text, chunks), len(all_words), truncated)
+
+
+text_reply = functools.lru_cache(maxsize=1024)(build_text_reply)
+"""``build_text_reply``, memoized: a benchmark repeating one prompt costs the mock one build."""
 
 
 def split_text(text: str, chunks: int) -> tuple[str, ...]:

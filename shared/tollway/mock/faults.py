@@ -48,6 +48,9 @@ require_auth=1      401 unless ``Authorization: Bearer`` (OpenAI) / ``x-api-key`
 placeholders=<m>    PII placeholders in the reply: ``echo`` (as without it), ``alter`` (each kind
                     lower-cased: a near miss), ``drop`` (removed), ``invent`` (a forged one added);
                     any mode also copies the request's placeholders into a tool call
+no_reply_cache=1    build every text reply afresh instead of memoizing it by the request's text:
+                    for an A/B benchmark whose two sides differ in how often the text repeats (PII
+                    placeholders are new on every request), so the mock costs both sides the same
 tag=<s>             no effect; separates ``fail_first`` counters
 ==================  ==========================================================================
 """
@@ -98,6 +101,7 @@ _INT_KEYS = frozenset(
         "no_done",
         "context_window",
         "no_prefill",
+        "no_reply_cache",
         "corrupt_frame",
     }
 )
@@ -142,6 +146,7 @@ class FaultSpec:
     no_done: bool = False
     context_window: int | None = None
     no_prefill: bool = False
+    no_reply_cache: bool = False
     placeholders: str | None = None
     """How the reply treats PII placeholders (``content.PLACEHOLDER_MODES``); ``None``: untouched, no work."""
     corrupt_frame: int | None = None
@@ -255,7 +260,7 @@ def _build(items: tuple[tuple[str, str], ...]) -> FaultSpec:
     if values.get("placeholders", "echo") not in PLACEHOLDER_MODES:
         modes = ", ".join(PLACEHOLDER_MODES)
         raise FaultSpecError(f"mock fault placeholders must be one of {modes}, got {values['placeholders']!r}")
-    for flag in ("require_auth", "no_done", "no_prefill"):
+    for flag in ("require_auth", "no_done", "no_prefill", "no_reply_cache"):
         if flag in values:
             values[flag] = bool(values[flag])
     canonical = ",".join(f"{key}={raw}" for key, raw in items)

@@ -408,3 +408,19 @@ async def test_a_prefill_is_continued_unless_no_prefill_refuses_it(client: httpx
     assert "".join(content_deltas(continued)) == " three four five six"
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "messages"
     assert plain.status_code == 200
+
+
+async def test_no_reply_cache_builds_the_same_reply_afresh(client: httpx.AsyncClient) -> None:
+    from tollway.mock.content import text_reply
+
+    body = {**OPENAI, "messages": [{"role": "user", "content": "a prompt seen only by this test"}]}
+    text_reply.cache_clear()
+    fresh = await client.post(fault("no_reply_cache=1", CHAT), json=body)
+    after_fresh = text_reply.cache_info()
+    memoized = await client.post(CHAT, json=body)
+    again = await client.post(CHAT, json=body)
+
+    assert fresh.status_code == memoized.status_code == 200
+    assert fresh.json()["choices"] == memoized.json()["choices"] == again.json()["choices"]
+    assert after_fresh.misses == 0 and after_fresh.currsize == 0  # built without touching the memo
+    assert text_reply.cache_info().hits == 1 and text_reply.cache_info().misses == 1
