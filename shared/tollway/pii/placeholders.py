@@ -137,7 +137,7 @@ def normalise_kind(name: str) -> str:
 
 def random_id() -> str:
     """A fresh random placeholder id: 16 base32 characters, 80 bits from ``secrets``."""
-    return secrets.token_bytes(_ID_LEN).translate(_RANDOM_ID).decode("ascii")
+    return random_ids(1)
 
 
 def random_ids(count: int) -> str:
