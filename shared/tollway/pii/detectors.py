@@ -176,30 +176,31 @@ _Candidate = tuple[int, int, int, str]
 
 # --- numeric rules ------------------------------------------------------------------------------
 
-_NUM_START = r"(?<![\w+])(?<![0-9][.\-/])"
+# Every numeric rule starts where a value may stand alone: not after a letter, digit, underscore or
+# "+", nor after a digit and a ".", "-" or "/". That start is checked once, by the guard of the
+# pattern they share (``_numeric_pattern``), so the rules below leave it out: within that pattern,
+# repeating it in each rule decided nothing and cost two lookbehinds per rule at every candidate
+# (with the IPv4 shape check below, the numeric scan of the 2 KB bench prompt went from 15.1 to
+# 13.9 µs; a fuzz test checks the pattern matches what the rules with their own starts matched).
 _NUM_END = r"(?!\w|[.\-/][0-9])"
 
-_SSN = _NUM_START + r"(?!000|666|9)[0-9]{3}-(?!00)[0-9]{2}-(?!0000)[0-9]{4}" + _NUM_END
+_SSN = r"(?!000|666|9)[0-9]{3}-(?!00)[0-9]{2}-(?!0000)[0-9]{4}" + _NUM_END
 _CARD_GROUPED = r"[0-9]{{4}}{0}(?:[0-9]{{4}}{0}[0-9]{{4}}{0}[0-9]{{4}}(?:{0}[0-9]{{1,3}})?|[0-9]{{6}}{0}[0-9]{{4,5}})"
 _CARD = (
-    _NUM_START
-    + r"(?=2[2-7]|[3-6])(?:[0-9]{13,19}|"
-    + _CARD_GROUPED.format(" ")
-    + "|"
-    + _CARD_GROUPED.format("-")
-    + ")"
-    + _NUM_END
+    r"(?=2[2-7]|[3-6])(?:[0-9]{13,19}|" + _CARD_GROUPED.format(" ") + "|" + _CARD_GROUPED.format("-") + ")" + _NUM_END
 )
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
-_IPV4 = r"(?<![\w+.])(?<![0-9]-)" + rf"(?:{_OCTET}\.){{3}}{_OCTET}" + r"(?!\w|\.[0-9])"
-_NANP = (
-    _NUM_START + r"(?:1[ .\-]?)?(?:\([2-9][0-9]{2}\)[ .\-]?|[2-9][0-9]{2}[ .\-])[2-9][0-9]{2}[ .\-][0-9]{4}" + _NUM_END
+_IPV4 = (
+    # Not after a "." either (``1.2.3.4.5``); the shape first (four dotted runs of 1-3 digits), so
+    # a version such as ``2.14.3`` fails in a few steps, before the octet ranges backtrack.
+    r"(?<!\.)(?=(?:[0-9]{1,3}\.){3}[0-9])" + rf"(?:{_OCTET}\.){{3}}{_OCTET}" + r"(?!\w|\.[0-9])"
 )
+_NANP = r"(?:1[ .\-]?)?(?:\([2-9][0-9]{2}\)[ .\-]?|[2-9][0-9]{2}[ .\-])[2-9][0-9]{2}[ .\-][0-9]{4}" + _NUM_END
 _TRUNK = (
-    _NUM_START + r"(?:\(0[1-9][0-9]{0,4}\)[ ./\-]?|0[1-9][0-9]{0,4}+[ ./\-])"
+    r"(?:\(0[1-9][0-9]{0,4}\)[ ./\-]?|0[1-9][0-9]{0,4}+[ ./\-])"
     r"[0-9]{2,}+(?:[ ./\-][0-9]{2,}+){0,3}+" + _NUM_END
 )
-_INTL = r"(?<![\w+])\+[1-9][0-9]*+(?:[ .\-]?\([0-9]{1,4}\))?(?:[ .\-]?[0-9]++)?(?:[ .\-][0-9]{2,}+)*+" + _NUM_END
+_INTL = r"\+[1-9][0-9]*+(?:[ .\-]?\([0-9]{1,4}\))?(?:[ .\-]?[0-9]++)?(?:[ .\-][0-9]{2,}+)*+" + _NUM_END
 _IBAN = (
     r"(?<!\w)[A-Za-z]{2}[0-9]{2}"
     r"(?:[A-Za-z0-9]{11,30}|(?: [A-Za-z0-9]{4}){2,7}(?: [A-Za-z0-9]{1,3})?)(?!\w)"
@@ -545,6 +546,8 @@ def _resolve(candidates: list[_Candidate]) -> list[Span]:
 
 
 def _has_ascii_digit(text: str) -> bool:
+    """Ten ``memchr`` scans: 0.5 µs on 2 KB without a digit, where ``re.search("[0-9]")``, which
+    tests one character at a time, takes 7.7."""
     return any(d in text for d in "0123456789")
 
 

@@ -715,3 +715,62 @@ LABEL = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
 def test_an_email_address_is_found_exactly(left: str, atoms: list[str], labels: list[str], right: str) -> None:
     value = ".".join(atoms) + "@" + ".".join(labels) + ".example"
     assert_covered("email", left, value, right)
+
+
+# --- the shared numeric pattern ----------------------------------------------------------------
+
+_OWN_START = r"(?<![\w+])(?<![0-9][.\-/])"
+"""The start every numeric rule of ``tollway-rules-1`` was first written with, in each rule; the
+shared pattern checks it once, in its guard."""
+_FIRST_IPV4 = r"(?<![\w+.])(?<![0-9]-)" + rf"(?:{detectors._OCTET}\.){{3}}{detectors._OCTET}" + r"(?!\w|\.[0-9])"
+"""The IPv4 rule as first written: its own start, and no shape check before the octets."""
+
+
+def _with_own_starts(monkeypatch: pytest.MonkeyPatch, kinds: frozenset[str]) -> object:
+    rules = {
+        group: (kind, _FIRST_IPV4 if group == "ipv4" else _OWN_START + pattern, check)
+        for group, (kind, pattern, check) in detectors._NUMERIC_RULES.items()
+    }
+    with monkeypatch.context() as patched:
+        patched.setattr(detectors, "_NUMERIC_RULES", rules)
+        return detectors._numeric_pattern(kinds)
+
+
+NUMERIC_TEXT = st.lists(
+    st.one_of(
+        st.from_regex(r"[0-9]{1,5}", fullmatch=True),
+        st.sampled_from([" ", ".", "-", "/", "(", ")", "+", "a", "_", "DE", "(0)", ":", "\n", "0"]),
+    ),
+    max_size=16,
+).map("".join)
+"""Digit runs between separators: the shapes the numeric rules look for, and their near misses."""
+NUMERIC_EXAMPLES = [
+    "a.1.2.3.4",
+    " .10.0.0.1 ",
+    "1.2.3.4.5",
+    "5.415-555-0132",
+    "7/415.555.0132",
+    "x+1 415 555 0132",
+    "_123-45-6789",
+    "4-4111 1111 1111 1111",
+    "v2.14.3 and 10.0.0.1:8080",
+    "9-030 123456",
+]
+
+
+@PROPERTY
+@given(st.lists(NUMERIC_TEXT, min_size=1, max_size=20), st.sampled_from(sorted(BUILTIN_KINDS)))
+def test_the_shared_guard_matches_what_rules_with_their_own_starts_matched(texts: list[str], dropped: str) -> None:
+    texts = texts + NUMERIC_EXAMPLES
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for kinds in (BUILTIN_KINDS, BUILTIN_KINDS - {dropped}):
+            reference = _with_own_starts(monkeypatch, kinds)
+            shared = detectors._numeric_pattern(kinds)
+            assert reference is not None and shared is not None
+            for text in texts:
+                for pos in range(len(text) + 1):
+                    a, b = reference.search(text, pos), shared.search(text, pos)  # type: ignore[attr-defined]
+                    assert (a is None) == (b is None)
+                    if a is not None and b is not None:
+                        assert (a.span(), a.lastgroup) == (b.span(), b.lastgroup)
+                        assert a.lastgroup is not None and a.span(a.lastgroup) == b.span(b.lastgroup)
