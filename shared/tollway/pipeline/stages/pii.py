@@ -8,8 +8,8 @@ arguments), so the first token barely waits. Thinking blocks are left alone: the
 them as written, and a client sends them back as received.
 
 ``finish`` drops the request's mapping (values referenced nowhere else) and leaves the manifest on
-the call for the audit stage: profile and detector version, counts per kind, a digest of what the
-provider was sent, and how recovery went. Never a value or a placeholder.
+the call for the audit stage: profile and detector version, counts per kind, a digest of the
+tokenized texts the provider was sent, and how recovery went. Never a value or a placeholder.
 
 In ``session`` and ``host`` scope each new placeholder is also put in the vault before any provider
 work (a vault that cannot take it fails the request with a 503), and a buffered answer's
@@ -23,15 +23,12 @@ costs no vault write (and no KMS data key) for what an earlier turn stored.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Literal
-
-import orjson
 
 from tollway.canonical import (
     CanonicalRequest,
@@ -176,8 +173,7 @@ class PiiStage(BaseStage):
         out = tokenizer.out
         if out.minted and profile.enrichment and isinstance(req, CanonicalRequest):
             req.messages.insert(0, Message("system", ENRICHMENT))
-        digest = hashlib.sha256(orjson.dumps(req)).hexdigest()[:32]
-        state = call.pii = PiiState(profile, keys, mapping, binding, out, digest)
+        state = call.pii = PiiState(profile, keys, mapping, binding, out, tokenizer.digest())
         if out.minted and profile.scope != "request":
             try:
                 await self._store(out, binding, principal.tenant, profile)
