@@ -318,7 +318,7 @@ def request_finished(
     pii: Mapping[str, object] | None = None,
 ) -> AuditEvent:
     """``pii``: the PII manifest of a request under a PII profile (profile, detector version, scope,
-    counts per kind, a digest of what the provider was sent, recovery outcomes): never a value or a
+    counts per kind, a digest of the tokenized texts the provider was sent, recovery outcomes): never a value or a
     placeholder. ``usage``: prompt/completion/total (and cached/reasoning) tokens. ``cost`` is integer micro-USD
     (``None``: unknown), priced at ``pricingVersion``; ``costEvidence`` says whether it rests on the
     provider's usage, a local estimate, or the kept reservation. The identity fields repeat
