@@ -15,13 +15,19 @@ key would pay for itself, so none is kept. A test checks the signatures against 
 test vectors and against SigV4 written out from the specification.
 
 Credentials come from a callable, read at every request, so temporary ones (an IAM role's, through
-botocore's chain) are refreshed by their provider: ``botocore_credentials`` gives botocore's.
+botocore's chain) are refreshed by their provider: ``botocore_credentials`` gives botocore's, and
+refreshes temporary ones in a thread, never on the event loop (see ``_OffLoopCredentials``).
 botocore is imported when a signer or a credentials provider is built, never at import.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
 
@@ -30,6 +36,10 @@ from tollway.exceptions import ConfigError, ConfigIssue, UpstreamCategory, Upstr
 __all__ = ["AwsCredentials", "CredentialsProvider", "RequestSigner", "Signer", "botocore_credentials"]
 
 _TIMESTAMP: Final = "%Y%m%dT%H%M%SZ"
+_REFRESH_WAIT_S: Final = 10.0
+"""How long a request whose credentials have expired waits for their refresh (off the loop)."""
+_RETRY_AFTER_FAILURE_S: Final = 10.0
+"""How long after a failed refresh the next one may start."""
 
 
 class AwsCredentials(NamedTuple):
@@ -56,9 +66,14 @@ def _utcnow() -> datetime:
 
 
 class RequestSigner:
-    """Signs requests for one region and service (``bedrock`` for ``bedrock-runtime``)."""
+    """Signs requests for one region and service (``bedrock`` for ``bedrock-runtime``).
 
-    __slots__ = ("_auth", "_clock", "_credentials", "_request", "region", "service")
+    When the credentials provider has an async ``ready()`` (``botocore_credentials``' temporary
+    credentials), the signer has it too, and the transports await it before signing."""
+
+    __slots__ = ("_auth", "_clock", "_credentials", "_request", "ready", "region", "service")
+
+    ready: Callable[[], Awaitable[None]]
 
     def __init__(
         self,
@@ -77,6 +92,9 @@ class RequestSigner:
         self._clock = clock
         self._auth: Callable[[Any, str, str], Any] = SigV4Auth
         self._request: Callable[..., Any] = AWSRequest
+        ready = getattr(credentials, "ready", None)
+        if ready is not None:  # left unset otherwise: a transport then awaits nothing per request
+            self.ready = ready
 
     def __repr__(self) -> str:
         return f"RequestSigner(region={self.region!r}, service={self.service!r})"
@@ -112,10 +130,12 @@ def botocore_credentials(profile: str | None = None, *, path: str = "providers")
     """botocore's credential chain (environment, the shared files' ``profile``, the container's or
     the instance's role), as a provider that refreshes temporary credentials before they expire.
 
-    A refresh is a blocking call to the role's endpoint, made by the request that finds the
-    credentials near expiry (botocore refreshes 15 minutes ahead). Raises ``ConfigError`` (at
+    Temporary credentials are fetched here, at publication, and refreshed in a thread (botocore
+    refreshes 15 minutes ahead of expiry; a refresh is a blocking call to the role's endpoint), so
+    the event loop never waits on one. Raises ``ConfigError`` (at
     ``path``) when the chain finds no credentials or cannot read them (an unknown profile, a broken
     shared file): the issue names the exception's type, never its text, which may quote a file."""
+    import botocore.credentials
     import botocore.exceptions
     import botocore.session
 
@@ -127,6 +147,12 @@ def botocore_credentials(profile: str | None = None, *, path: str = "providers")
         raise ConfigError([ConfigIssue(path, problem)]) from None
     if found is None:
         raise ConfigError([ConfigIssue(path, f"no AWS credentials found in {where}")])
+    if isinstance(found, botocore.credentials.RefreshableCredentials):
+        try:
+            return _OffLoopCredentials(found)
+        except Exception as exc:
+            problem = f"AWS credentials could not be fetched from {where} ({type(exc).__name__})"
+            raise ConfigError([ConfigIssue(path, problem)]) from None
     frozen: Callable[[], Any] = found.get_frozen_credentials
 
     def current() -> AwsCredentials:
@@ -134,3 +160,86 @@ def botocore_credentials(profile: str | None = None, *, path: str = "providers")
         return AwsCredentials(creds.access_key, creds.secret_key, creds.token)
 
     return current
+
+
+class _OffLoopCredentials:
+    """botocore's temporary credentials for a signer on an event loop: refreshed in a thread.
+
+    botocore refreshes temporary credentials inside ``get_frozen_credentials``, in whichever thread
+    asks, once they are within 15 minutes of expiry: an HTTPS round trip to STS, or to the
+    container's or the instance's endpoint, that would stall every request on the loop. Here the
+    signing hook returns the credentials last read while they are valid and never calls botocore
+    then; ``ready()``, which the transports await before signing, starts one refresh in a thread
+    once botocore wants one. Requests meanwhile are signed with the credentials held (botocore wants
+    a refresh at least 15 minutes before they expire); only a request that finds them expired waits
+    for the refresh, at most ``_REFRESH_WAIT_S``, without blocking the loop. A failed refresh (or one
+    after which botocore still wants another) is retried by a request ``_RETRY_AFTER_FAILURE_S``
+    later, not by every request; while it is failing, expired credentials fail the request at once,
+    as an authentication error. Only a caller that did not await ``ready()`` (a test, a script)
+    refreshes in its own thread. ``clock`` (monotonic seconds) times that retry.
+    """
+
+    __slots__ = ("_clock", "_current", "_failed_at", "_found", "_inflight", "_lock")
+
+    def __init__(self, found: Any, clock: Callable[[], float] = time.monotonic) -> None:
+        self._found = found
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._inflight: Future[None] | None = None
+        self._failed_at: float | None = None
+        self._current = self._read()
+
+    def __repr__(self) -> str:
+        return f"_OffLoopCredentials(method={getattr(self._found, 'method', None)!r})"
+
+    def __call__(self) -> AwsCredentials:
+        if not self._found.refresh_needed(0):  # not expired
+            return self._current
+        failed_at = self._failed_at
+        if self._inflight is not None or (failed_at is not None and self._clock() - failed_at < _RETRY_AFTER_FAILURE_S):
+            raise RuntimeError("the AWS credentials expired and their refresh has not succeeded")
+        self._current = self._read()
+        return self._current
+
+    async def ready(self) -> None:
+        """Start a refresh in a thread when botocore wants one; wait for it (at most
+        ``_REFRESH_WAIT_S``) only when the credentials held have expired."""
+        if not self._found.refresh_needed():
+            return
+        future = self._start()
+        if future is not None and self._found.refresh_needed(0):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), _REFRESH_WAIT_S)
+
+    def _read(self) -> AwsCredentials:
+        creds = self._found.get_frozen_credentials()
+        return AwsCredentials(creds.access_key, creds.secret_key, creds.token)
+
+    def _start(self) -> Future[None] | None:
+        """The refresh in flight, a new one in a thread, or ``None`` while the last one's failure is recent."""
+        with self._lock:
+            if self._inflight is not None:
+                return self._inflight
+            failed_at = self._failed_at
+            if failed_at is not None and self._clock() - failed_at < _RETRY_AFTER_FAILURE_S:
+                return None
+            future = self._inflight = Future()
+        threading.Thread(target=self._refresh, args=(future,), name="aws-credentials", daemon=True).start()
+        return future
+
+    def _refresh(self, future: Future[None]) -> None:
+        try:
+            current = self._read()
+        except BaseException as exc:
+            self._failed_at = self._clock()
+            with self._lock:
+                self._inflight = None
+            future.set_exception(exc)
+            return
+        self._current = current
+        # botocore logs and swallows a failed refresh until 10 minutes before expiry: still
+        # wanting one means this one did not happen, and the next waits out the retry interval.
+        self._failed_at = self._clock() if self._found.refresh_needed() else None
+        with self._lock:
+            self._inflight = None
+        future.set_result(None)

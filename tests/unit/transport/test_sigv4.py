@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
+import threading
+import time
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from unittest import mock
@@ -10,9 +13,10 @@ from urllib.parse import quote, urlsplit
 import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
+from botocore.credentials import Credentials, RefreshableCredentials
 
-from tollway.exceptions import ConfigError
+from tollway.exceptions import ConfigError, UpstreamCategory, UpstreamError
+from tollway.transport import sigv4
 from tollway.transport.sigv4 import AwsCredentials, RequestSigner, botocore_credentials
 
 SUITE_KEYS = AwsCredentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
@@ -177,3 +181,136 @@ def test_no_credentials_anywhere_is_a_config_error(isolated_aws: Path) -> None:
     with pytest.raises(ConfigError) as info:
         botocore_credentials(path="providers.bedrock")
     assert info.value.issues[0].path == "providers.bedrock"
+
+
+# --- temporary credentials, refreshed off the event loop ------------------------------------------
+
+
+class _Role:
+    """A role's credentials endpoint for botocore's ``RefreshableCredentials``: each refresh hands out
+    the next key, valid an hour from the test's clock; it records the thread that called it and can
+    be held (``gate``) or made to fail."""
+
+    def __init__(self, clock: list[datetime]) -> None:
+        self.clock = clock
+        self.threads: list[int] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fail = False
+
+    def __call__(self) -> dict[str, str]:
+        self.threads.append(threading.get_ident())
+        assert self.gate.wait(10), "the test never released the refresh"
+        if self.fail:
+            raise ConnectionError("the role's endpoint is down")
+        return {
+            "access_key": f"ASIAREFRESHED{len(self.threads):07d}",
+            "secret_key": "refreshed-secret",
+            "token": "refreshed-token",
+            "expiry_time": (self.clock[0] + timedelta(hours=1)).isoformat(),
+        }
+
+
+def _refreshable(expires_in: timedelta) -> tuple[sigv4._OffLoopCredentials, _Role, list[datetime], list[float]]:
+    clock = [NOW]
+    role = _Role(clock)
+    found = RefreshableCredentials(
+        TEMPORARY.access_key,
+        TEMPORARY.secret_key,
+        TEMPORARY.token,
+        NOW + expires_in,
+        role,
+        "assume-role",
+        time_fetcher=lambda: clock[0],
+    )
+    monotonic = [1000.0]
+    return sigv4._OffLoopCredentials(found, clock=lambda: monotonic[0]), role, clock, monotonic
+
+
+async def _settled(credentials: sigv4._OffLoopCredentials, want: str) -> AwsCredentials:
+    """The credentials once the refresh in its thread has handed out ``want`` (5 s deadline)."""
+    deadline = time.monotonic() + 5
+    while (current := credentials()).access_key != want:
+        assert time.monotonic() < deadline, "the refresh never finished"
+        await asyncio.sleep(0.005)
+    return current
+
+
+def test_credentials_near_expiry_refresh_in_a_thread_while_the_held_ones_sign() -> None:
+    credentials, role, clock, _ = _refreshable(timedelta(minutes=20))
+    assert credentials() == TEMPORARY and role.threads == []  # 20 minutes left: botocore wants nothing yet
+    clock[0] = NOW + timedelta(minutes=8)  # 12 minutes left: inside botocore's 15-minute window
+    role.gate.clear()
+
+    async def scenario() -> tuple[int, AwsCredentials, AwsCredentials]:
+        await asyncio.wait_for(credentials.ready(), 1)  # starts the refresh; does not wait for it
+        held = credentials()  # the refresh is blocked at the endpoint: the hook must not wait for it
+        await asyncio.wait_for(credentials.ready(), 1)  # joins the refresh in flight: no second one
+        role.gate.set()
+        return threading.get_ident(), held, await _settled(credentials, "ASIAREFRESHED0000001")
+
+    loop_thread, held, refreshed = asyncio.run(scenario())
+    assert held == TEMPORARY
+    assert refreshed == AwsCredentials("ASIAREFRESHED0000001", "refreshed-secret", "refreshed-token")
+    assert len(role.threads) == 1 and role.threads[0] != loop_thread
+
+
+def test_expired_credentials_wait_for_their_refresh_without_blocking_the_loop() -> None:
+    credentials, role, clock, _ = _refreshable(timedelta(minutes=20))
+    clock[0] = NOW + timedelta(minutes=21)  # expired: the process was frozen past the expiry
+    signer = RequestSigner(credentials, "us-east-1", clock=lambda: clock[0])
+
+    async def scenario() -> tuple[int, dict[str, str]]:
+        await signer.ready()
+        return threading.get_ident(), signer("POST", URL, JSON, BODY)
+
+    loop_thread, headers = asyncio.run(scenario())
+    assert "Credential=ASIAREFRESHED0000001/" in headers["authorization"]
+    assert len(role.threads) == 1 and role.threads[0] != loop_thread
+
+
+def test_a_failed_refresh_fails_expired_requests_at_once_and_is_retried_later() -> None:
+    credentials, role, clock, monotonic = _refreshable(timedelta(minutes=20))
+    clock[0] = NOW + timedelta(minutes=21)
+    role.fail = True
+    signer = RequestSigner(credentials, "us-east-1", clock=lambda: clock[0])
+
+    async def request() -> dict[str, str]:
+        await signer.ready()
+        return signer("POST", URL, JSON, BODY)
+
+    for _ in range(3):  # one refresh attempt; the next requests fail without calling the endpoint
+        with pytest.raises(UpstreamError) as info:
+            asyncio.run(request())
+        assert info.value.category is UpstreamCategory.AUTHENTICATION
+    assert len(role.threads) == 1
+    monotonic[0] += 11  # past the retry interval: the next request tries again, and it works
+    role.fail = False
+    assert "Credential=ASIAREFRESHED0000002/" in asyncio.run(request())["authorization"]
+    assert len(role.threads) == 2
+
+
+def test_only_a_signer_whose_credentials_refresh_has_ready() -> None:
+    assert getattr(signer(), "ready", None) is None
+    credentials, _, _, _ = _refreshable(timedelta(hours=1))
+    assert RequestSigner(credentials, "us-east-1").ready == credentials.ready
+    assert TEMPORARY.secret_key not in repr(credentials) and "assume-role" in repr(credentials)
+
+
+def test_a_role_whose_credentials_cannot_be_fetched_fails_the_publication(
+    isolated_aws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    role = _Role([datetime.now(UTC)])  # botocore's own clock here: refreshed keys last an hour from now
+    role.fail = True
+    expired = RefreshableCredentials(
+        TEMPORARY.access_key, TEMPORARY.secret_key, TEMPORARY.token, NOW, role, "assume-role"
+    )
+    monkeypatch.setattr("botocore.session.Session.get_credentials", lambda self: expired)
+    with pytest.raises(ConfigError) as info:
+        botocore_credentials("bedrock", path="providers.bedrock")
+    issue = info.value.issues[0]
+    assert issue.path == "providers.bedrock" and "(ConnectionError)" in issue.message
+    assert "down" not in issue.message  # the type, never the text
+    role.fail = False
+    fetched = botocore_credentials("bedrock")
+    assert isinstance(fetched, sigv4._OffLoopCredentials) and fetched().access_key.startswith("ASIAREFRESHED")
