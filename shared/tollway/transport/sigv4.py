@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
 
 from tollway.exceptions import ConfigError, ConfigIssue, UpstreamCategory, UpstreamError
+from tollway.single_flight import SingleFlight
 
 __all__ = ["AwsCredentials", "CredentialsProvider", "RequestSigner", "Signer", "botocore_credentials"]
 
@@ -179,14 +178,11 @@ class _OffLoopCredentials:
     refreshes in its own thread. ``clock`` (monotonic seconds) times that retry.
     """
 
-    __slots__ = ("_clock", "_current", "_failed_at", "_found", "_inflight", "_lock")
+    __slots__ = ("_current", "_flight", "_found")
 
     def __init__(self, found: Any, clock: Callable[[], float] = time.monotonic) -> None:
         self._found = found
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._inflight: Future[None] | None = None
-        self._failed_at: float | None = None
+        self._flight = SingleFlight(self._refresh, name="aws-credentials", clock=clock)
         self._current = self._read()
 
     def __repr__(self) -> str:
@@ -195,8 +191,8 @@ class _OffLoopCredentials:
     def __call__(self) -> AwsCredentials:
         if not self._found.refresh_needed(0):  # not expired
             return self._current
-        failed_at = self._failed_at
-        if self._inflight is not None or (failed_at is not None and self._clock() - failed_at < _RETRY_AFTER_FAILURE_S):
+        flight = self._flight
+        if flight.inflight is not None or flight.failed_within(_RETRY_AFTER_FAILURE_S):
             raise RuntimeError("the AWS credentials expired and their refresh has not succeeded")
         self._current = self._read()
         return self._current
@@ -206,8 +202,11 @@ class _OffLoopCredentials:
         ``_REFRESH_WAIT_S``) only when the credentials held have expired."""
         if not self._found.refresh_needed():
             return
-        future = self._start()
-        if future is not None and self._found.refresh_needed(0):
+        flight = self._flight
+        if flight.inflight is None and flight.failed_within(_RETRY_AFTER_FAILURE_S):
+            return
+        future = flight.start()
+        if self._found.refresh_needed(0):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), _REFRESH_WAIT_S)
 
@@ -215,31 +214,11 @@ class _OffLoopCredentials:
         creds = self._found.get_frozen_credentials()
         return AwsCredentials(creds.access_key, creds.secret_key, creds.token)
 
-    def _start(self) -> Future[None] | None:
-        """The refresh in flight, a new one in a thread, or ``None`` while the last one's failure is recent."""
-        with self._lock:
-            if self._inflight is not None:
-                return self._inflight
-            failed_at = self._failed_at
-            if failed_at is not None and self._clock() - failed_at < _RETRY_AFTER_FAILURE_S:
-                return None
-            future = self._inflight = Future()
-        threading.Thread(target=self._refresh, args=(future,), name="aws-credentials", daemon=True).start()
-        return future
-
-    def _refresh(self, future: Future[None]) -> None:
-        try:
-            current = self._read()
-        except BaseException as exc:
-            self._failed_at = self._clock()
-            with self._lock:
-                self._inflight = None
-            future.set_exception(exc)
-            return
-        self._current = current
-        # botocore logs and swallows a failed refresh until 10 minutes before expiry: still
-        # wanting one means this one did not happen, and the next waits out the retry interval.
-        self._failed_at = self._clock() if self._found.refresh_needed() else None
-        with self._lock:
-            self._inflight = None
-        future.set_result(None)
+    def _refresh(self) -> None:
+        """Run by ``_flight``, in its thread: the credentials, read through botocore's refresh, kept."""
+        self._current = self._read()
+        if self._found.refresh_needed():
+            # botocore logs and swallows a failed refresh until 10 minutes before expiry: still
+            # wanting one means this one did not happen; as a failure, the next one waits out the
+            # retry interval.
+            raise RuntimeError("botocore still wants a refresh")

@@ -39,7 +39,7 @@ def sign(signer: VertexTokenSigner) -> str:
 
 def settle(signer: VertexTokenSigner) -> None:
     """Wait for a background refresh in flight, if any (the test's only wait on real time)."""
-    future = signer._inflight
+    future = signer._flight.inflight
     if future is not None:
         future.exception(timeout=10)
 
@@ -75,7 +75,7 @@ def test_within_five_minutes_of_expiry_the_refresh_runs_in_the_background(accoun
     account.endpoint.grant = slow_grant  # type: ignore[method-assign]
     assert sign(signer) == "Bearer ya29.test-token-1", "the request is signed with the old, still valid token"
     assert sign(signer) == "Bearer ya29.test-token-1", "and so is the next, while one refresh is in flight"
-    assert signer._inflight is not None
+    assert signer._flight.inflight is not None
     gate.set()
     settle(signer)
     assert account.endpoint.issued == ["ya29.test-token-1", "ya29.test-token-2"]
@@ -122,7 +122,7 @@ def test_a_failed_background_refresh_keeps_the_valid_token_and_is_retried(accoun
     assert sign(signer) == "Bearer ya29.test-token-1"
     settle(signer)
     assert sign(signer) == "Bearer ya29.test-token-1"
-    assert signer._inflight is None, "no retry within ten seconds of a failure"
+    assert signer._flight.inflight is None, "no retry within ten seconds of a failure"
     account.endpoint.fail = False
     clock.now += 11
     assert sign(signer) == "Bearer ya29.test-token-1"

@@ -31,15 +31,14 @@ import asyncio
 import contextlib
 import json
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple, Protocol
 
 from tollway.exceptions import ConfigError, ConfigIssue, UpstreamCategory, UpstreamError
+from tollway.single_flight import SingleFlight
 
 __all__ = [
     "CLOUD_PLATFORM_SCOPE",
@@ -97,17 +96,7 @@ class VertexTokenSigner:
     ``cloud-platform``. ``clock`` is in seconds (``time.time`` by default); ``request`` makes
     google-auth's token requests (its ``urllib3`` transport by default)."""
 
-    __slots__ = (
-        "_ahead",
-        "_clock",
-        "_credentials",
-        "_failed_at",
-        "_inflight",
-        "_lock",
-        "_request",
-        "_token",
-        "_wait",
-    )
+    __slots__ = ("_ahead", "_clock", "_credentials", "_flight", "_request", "_token", "_wait")
 
     def __init__(
         self,
@@ -124,9 +113,7 @@ class VertexTokenSigner:
         self._wait = wait_s
         self._request = request
         self._token: _Token | None = None
-        self._inflight: Future[_Token] | None = None
-        self._failed_at: float | None = None
-        self._lock = threading.Lock()
+        self._flight = SingleFlight(self._fetch_and_keep, name="vertex-token", clock=clock)
 
     def __repr__(self) -> str:
         return f"VertexTokenSigner(credentials={type(self._credentials).__name__})"
@@ -142,8 +129,8 @@ class VertexTokenSigner:
             if now < token.expires_at:
                 self._refresh_ahead(now)
                 return {"authorization": token.header}
-        failed_at = self._failed_at
-        if failed_at is not None and self._inflight is None and self._clock() - failed_at < _RETRY_AFTER_FAILURE_S:
+        flight = self._flight
+        if flight.inflight is None and flight.failed_within(_RETRY_AFTER_FAILURE_S):
             raise UpstreamError(
                 UpstreamCategory.AUTHENTICATION, detail="Google access token unavailable (refresh failed)"
             )
@@ -161,7 +148,7 @@ class VertexTokenSigner:
         if token is not None and self._clock() < token.expires_at:
             return
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.wrap_future(self._refresh()), self._wait)
+            await asyncio.wait_for(asyncio.wrap_future(self._flight.start()), self._wait)
 
     @property
     def expires_at(self) -> float | None:
@@ -170,12 +157,13 @@ class VertexTokenSigner:
         return token.expires_at if token is not None else None
 
     def _refresh_ahead(self, now: float) -> None:
-        failed_at = self._failed_at
-        if self._inflight is None and (failed_at is None or now - failed_at >= _RETRY_AFTER_FAILURE_S):
-            self._refresh()
+        flight = self._flight
+        failed_at = flight.failed_at
+        if flight.inflight is None and (failed_at is None or now - failed_at >= _RETRY_AFTER_FAILURE_S):
+            flight.start()
 
     def _wait_for_token(self) -> _Token:
-        future = self._refresh()
+        future = self._flight.start()
         try:
             return future.result(timeout=self._wait)
         except FutureTimeout:
@@ -187,30 +175,10 @@ class VertexTokenSigner:
                 UpstreamCategory.AUTHENTICATION, detail=f"Google access token unavailable ({type(exc).__name__})"
             ) from None
 
-    def _refresh(self) -> Future[_Token]:
-        """The refresh in flight, or a new one in a background thread."""
-        with self._lock:
-            future = self._inflight
-            if future is not None:
-                return future
-            future = self._inflight = Future()
-        threading.Thread(target=self._fetch, args=(future,), name="vertex-token", daemon=True).start()
-        return future
-
-    def _fetch(self, future: Future[_Token]) -> None:
-        try:
-            token = self._fetch_token()
-        except BaseException as exc:
-            self._failed_at = self._clock()
-            with self._lock:
-                self._inflight = None
-            future.set_exception(exc)
-            return
-        self._token = token
-        self._failed_at = None
-        with self._lock:
-            self._inflight = None
-        future.set_result(token)
+    def _fetch_and_keep(self) -> _Token:
+        """A new token, kept for the requests that follow (run by ``_flight``, in its thread)."""
+        token = self._token = self._fetch_token()
+        return token
 
     def _fetch_token(self) -> _Token:
         started, wall = self._clock(), datetime.now(UTC)
