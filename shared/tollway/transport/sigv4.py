@@ -39,6 +39,8 @@ _REFRESH_WAIT_S: Final = 10.0
 """How long a request whose credentials have expired waits for their refresh (off the loop)."""
 _RETRY_AFTER_FAILURE_S: Final = 10.0
 """How long after a failed refresh the next one may start."""
+_CHECK_EVERY_S: Final = 1.0
+"""How long botocore's answer that no refresh is wanted is kept (see ``_OffLoopCredentials``)."""
 
 
 class AwsCredentials(NamedTuple):
@@ -175,21 +177,31 @@ class _OffLoopCredentials:
     after which botocore still wants another) is retried by a request ``_RETRY_AFTER_FAILURE_S``
     later, not by every request; while it is failing, expired credentials fail the request at once,
     as an authentication error. Only a caller that did not await ``ready()`` (a test, a script)
-    refreshes in its own thread. ``clock`` (monotonic seconds) times that retry.
+    refreshes in its own thread.
+
+    Asking botocore is not free: its expiry check takes about 11 µs (local time zones and datetime
+    arithmetic), once in the hook and once in ``ready()`` per request. So while botocore wants no
+    refresh, the answer is kept for ``_CHECK_EVERY_S``: credentials with more than botocore's
+    15-minute window left are valid for the next second, and a request costs two clock reads.
+    ``clock`` is wall-clock seconds (``time.time``: unlike a monotonic clock, it counts the time a
+    frozen process slept past an expiry); it also times the retry after a failure.
     """
 
-    __slots__ = ("_current", "_flight", "_found")
+    __slots__ = ("_check_at", "_clock", "_current", "_flight", "_found")
 
-    def __init__(self, found: Any, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, found: Any, clock: Callable[[], float] = time.time) -> None:
         self._found = found
+        self._clock = clock
         self._flight = SingleFlight(self._refresh, name="aws-credentials", clock=clock)
+        self._check_at = 0.0
+        """Until when (on ``clock``) botocore is known to want no refresh: the credentials hold."""
         self._current = self._read()
 
     def __repr__(self) -> str:
         return f"_OffLoopCredentials(method={getattr(self._found, 'method', None)!r})"
 
     def __call__(self) -> AwsCredentials:
-        if not self._found.refresh_needed(0):  # not expired
+        if self._clock() < self._check_at or not self._found.refresh_needed(0):  # not expired
             return self._current
         flight = self._flight
         if flight.inflight is not None or flight.failed_within(_RETRY_AFTER_FAILURE_S):
@@ -200,7 +212,11 @@ class _OffLoopCredentials:
     async def ready(self) -> None:
         """Start a refresh in a thread when botocore wants one; wait for it (at most
         ``_REFRESH_WAIT_S``) only when the credentials held have expired."""
+        now = self._clock()
+        if now < self._check_at:
+            return
         if not self._found.refresh_needed():
+            self._check_at = now + _CHECK_EVERY_S
             return
         flight = self._flight
         if flight.inflight is None and flight.failed_within(_RETRY_AFTER_FAILURE_S):

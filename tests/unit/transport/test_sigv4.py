@@ -211,7 +211,9 @@ class _Role:
         }
 
 
-def _refreshable(expires_in: timedelta) -> tuple[sigv4._OffLoopCredentials, _Role, list[datetime], list[float]]:
+def _refreshable(expires_in: timedelta) -> tuple[sigv4._OffLoopCredentials, _Role, list[datetime]]:
+    """Credentials expiring ``expires_in`` from the test's clock, which both botocore and the
+    provider read (moving it moves both)."""
     clock = [NOW]
     role = _Role(clock)
     found = RefreshableCredentials(
@@ -223,8 +225,7 @@ def _refreshable(expires_in: timedelta) -> tuple[sigv4._OffLoopCredentials, _Rol
         "assume-role",
         time_fetcher=lambda: clock[0],
     )
-    monotonic = [1000.0]
-    return sigv4._OffLoopCredentials(found, clock=lambda: monotonic[0]), role, clock, monotonic
+    return sigv4._OffLoopCredentials(found, clock=lambda: clock[0].timestamp()), role, clock
 
 
 async def _settled(credentials: sigv4._OffLoopCredentials, want: str) -> AwsCredentials:
@@ -237,7 +238,7 @@ async def _settled(credentials: sigv4._OffLoopCredentials, want: str) -> AwsCred
 
 
 def test_credentials_near_expiry_refresh_in_a_thread_while_the_held_ones_sign() -> None:
-    credentials, role, clock, _ = _refreshable(timedelta(minutes=20))
+    credentials, role, clock = _refreshable(timedelta(minutes=20))
     assert credentials() == TEMPORARY and role.threads == []  # 20 minutes left: botocore wants nothing yet
     clock[0] = NOW + timedelta(minutes=8)  # 12 minutes left: inside botocore's 15-minute window
     role.gate.clear()
@@ -256,7 +257,7 @@ def test_credentials_near_expiry_refresh_in_a_thread_while_the_held_ones_sign() 
 
 
 def test_expired_credentials_wait_for_their_refresh_without_blocking_the_loop() -> None:
-    credentials, role, clock, _ = _refreshable(timedelta(minutes=20))
+    credentials, role, clock = _refreshable(timedelta(minutes=20))
     clock[0] = NOW + timedelta(minutes=21)  # expired: the process was frozen past the expiry
     signer = RequestSigner(credentials, "us-east-1", clock=lambda: clock[0])
 
@@ -270,7 +271,7 @@ def test_expired_credentials_wait_for_their_refresh_without_blocking_the_loop() 
 
 
 def test_a_failed_refresh_fails_expired_requests_at_once_and_is_retried_later() -> None:
-    credentials, role, clock, monotonic = _refreshable(timedelta(minutes=20))
+    credentials, role, clock = _refreshable(timedelta(minutes=20))
     clock[0] = NOW + timedelta(minutes=21)
     role.fail = True
     signer = RequestSigner(credentials, "us-east-1", clock=lambda: clock[0])
@@ -284,7 +285,7 @@ def test_a_failed_refresh_fails_expired_requests_at_once_and_is_retried_later() 
             asyncio.run(request())
         assert info.value.category is UpstreamCategory.AUTHENTICATION
     assert len(role.threads) == 1
-    monotonic[0] += 11  # past the retry interval: the next request tries again, and it works
+    clock[0] += timedelta(seconds=11)  # past the retry interval: the next request tries again
     role.fail = False
     assert "Credential=ASIAREFRESHED0000002/" in asyncio.run(request())["authorization"]
     assert len(role.threads) == 2
@@ -292,7 +293,7 @@ def test_a_failed_refresh_fails_expired_requests_at_once_and_is_retried_later() 
 
 def test_only_a_signer_whose_credentials_refresh_has_ready() -> None:
     assert getattr(signer(), "ready", None) is None
-    credentials, _, _, _ = _refreshable(timedelta(hours=1))
+    credentials, _, _ = _refreshable(timedelta(hours=1))
     assert RequestSigner(credentials, "us-east-1").ready == credentials.ready
     assert TEMPORARY.secret_key not in repr(credentials) and "assume-role" in repr(credentials)
 
@@ -314,3 +315,23 @@ def test_a_role_whose_credentials_cannot_be_fetched_fails_the_publication(
     role.fail = False
     fetched = botocore_credentials("bedrock")
     assert isinstance(fetched, sigv4._OffLoopCredentials) and fetched().access_key.startswith("ASIAREFRESHED")
+
+
+def test_botocore_is_asked_about_expiry_at_most_once_a_second_while_none_is_near() -> None:
+    credentials, _, clock = _refreshable(timedelta(hours=1))
+    asked: list[float | None] = []
+    found = credentials._found
+    wanted = found.refresh_needed
+    found.refresh_needed = lambda refresh_in=None: asked.append(refresh_in) or wanted(refresh_in)
+    signer = RequestSigner(credentials, "us-east-1", clock=lambda: clock[0])
+
+    async def requests(count: int) -> None:
+        for _ in range(count):
+            await signer.ready()
+            signer("POST", URL, JSON, BODY)
+
+    asyncio.run(requests(50))
+    assert asked == [None]  # the first ready(): an hour left, so the next second needs no question
+    clock[0] += timedelta(seconds=2)
+    asyncio.run(requests(50))
+    assert asked == [None, None]
