@@ -181,6 +181,16 @@ def _signer(provider: ProviderConfig, path: str) -> Signer | None:
     return RequestSigner(botocore_credentials(provider.awsProfile, path=where), provider.awsRegion)
 
 
+def _prime_aws(signer: RequestSigner, path: str) -> None:
+    """Temporary AWS credentials (a role's), fetched when a transport is built (not on a reload that
+    keeps it): a role that cannot give them fails the publication, and requests find them ready.
+    The issue names the failure's type, never its text."""
+    try:
+        signer.prime()
+    except Exception as exc:
+        raise ConfigError([ConfigIssue(path, f"no AWS credentials: {type(exc).__name__}")]) from None
+
+
 def _prime(signer: VertexTokenSigner, path: str) -> None:
     """The first access token, fetched when a transport is built (not on a reload that keeps it):
     credentials the token endpoint refuses fail the publication, and requests find a token ready."""
@@ -424,6 +434,8 @@ class Publisher:
             else:
                 if isinstance(signer, VertexTokenSigner):
                     _prime(signer, path)
+                elif isinstance(signer, RequestSigner):
+                    _prime_aws(signer, path)
                 if signer is not None:  # only then: a factory for unsigned providers need not take one
                     transport = self.transport_factory(cfg.httpClient, settings, auth, signer=signer)
                 else:

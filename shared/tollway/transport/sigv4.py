@@ -97,6 +97,14 @@ class RequestSigner:
         if ready is not None:  # left unset otherwise: a transport then awaits nothing per request
             self.ready = ready
 
+    def prime(self) -> None:
+        """Fetch temporary credentials now, blocking (at publication, when a transport is built):
+        ones that cannot be had fail it. Static credentials need nothing. Raises what the
+        credentials provider raises."""
+        prime = getattr(self._credentials, "prime", None)
+        if prime is not None:
+            prime()
+
     def __repr__(self) -> str:
         return f"RequestSigner(region={self.region!r}, service={self.service!r})"
 
@@ -131,9 +139,9 @@ def botocore_credentials(profile: str | None = None, *, path: str = "providers")
     """botocore's credential chain (environment, the shared files' ``profile``, the container's or
     the instance's role), as a provider that refreshes temporary credentials before they expire.
 
-    Temporary credentials are fetched here, at publication, and refreshed in a thread (botocore
-    refreshes 15 minutes ahead of expiry; a refresh is a blocking call to the role's endpoint), so
-    the event loop never waits on one. Raises ``ConfigError`` (at
+    Temporary credentials are fetched by the signer's ``prime()``, when a transport is built at
+    publication, and then refreshed in a thread (botocore refreshes 15 minutes ahead of expiry; a
+    refresh is a blocking call to the role's endpoint), so the event loop never waits on one. Raises ``ConfigError`` (at
     ``path``) when the chain finds no credentials or cannot read them (an unknown profile, a broken
     shared file): the issue names the exception's type, never its text, which may quote a file."""
     import botocore.credentials
@@ -149,11 +157,7 @@ def botocore_credentials(profile: str | None = None, *, path: str = "providers")
     if found is None:
         raise ConfigError([ConfigIssue(path, f"no AWS credentials found in {where}")])
     if isinstance(found, botocore.credentials.RefreshableCredentials):
-        try:
-            return _OffLoopCredentials(found)
-        except Exception as exc:
-            problem = f"AWS credentials could not be fetched from {where} ({type(exc).__name__})"
-            raise ConfigError([ConfigIssue(path, problem)]) from None
+        return _OffLoopCredentials(found)
     frozen: Callable[[], Any] = found.get_frozen_credentials
 
     def current() -> AwsCredentials:
@@ -177,7 +181,8 @@ class _OffLoopCredentials:
     after which botocore still wants another) is retried by a request ``_RETRY_AFTER_FAILURE_S``
     later, not by every request; while it is failing, expired credentials fail the request at once,
     as an authentication error. Only a caller that did not await ``ready()`` (a test, a script)
-    refreshes in its own thread.
+    refreshes in its own thread. ``prime()`` fetches the first credentials, blocking, when
+    publication builds the transport; without it the first request fetches them in the thread.
 
     Asking botocore is not free: its expiry check takes about 11 µs (local time zones and datetime
     arithmetic), once in the hook and once in ``ready()`` per request. So while botocore wants no
@@ -195,14 +200,21 @@ class _OffLoopCredentials:
         self._flight = SingleFlight(self._refresh, name="aws-credentials", clock=clock)
         self._check_at = 0.0
         """Until when (on ``clock``) botocore is known to want no refresh: the credentials hold."""
+        self._current: AwsCredentials | None = None
+        """The credentials last read; ``None`` until ``prime()`` or the first refresh."""
+
+    def prime(self) -> None:
+        """Fetch the credentials now, blocking: at publication, so that a role that cannot give
+        them fails it. Raises what botocore raises."""
         self._current = self._read()
 
     def __repr__(self) -> str:
         return f"_OffLoopCredentials(method={getattr(self._found, 'method', None)!r})"
 
     def __call__(self) -> AwsCredentials:
-        if self._clock() < self._check_at or not self._found.refresh_needed(0):  # not expired
-            return self._current
+        current = self._current
+        if current is not None and (self._clock() < self._check_at or not self._found.refresh_needed(0)):
+            return current  # not expired
         flight = self._flight
         if flight.inflight is not None or flight.failed_within(_RETRY_AFTER_FAILURE_S):
             raise RuntimeError("the AWS credentials expired and their refresh has not succeeded")
@@ -215,14 +227,14 @@ class _OffLoopCredentials:
         now = self._clock()
         if now < self._check_at:
             return
-        if not self._found.refresh_needed():
+        if self._current is not None and not self._found.refresh_needed():
             self._check_at = now + _CHECK_EVERY_S
             return
         flight = self._flight
         if flight.inflight is None and flight.failed_within(_RETRY_AFTER_FAILURE_S):
             return
         future = flight.start()
-        if self._found.refresh_needed(0):
+        if self._current is None or self._found.refresh_needed(0):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), _REFRESH_WAIT_S)
 

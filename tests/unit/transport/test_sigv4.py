@@ -15,6 +15,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, RefreshableCredentials
 
+from tollway.config.root import _prime_aws
 from tollway.exceptions import ConfigError, UpstreamCategory, UpstreamError
 from tollway.transport import sigv4
 from tollway.transport.sigv4 import AwsCredentials, RequestSigner, botocore_credentials
@@ -225,7 +226,9 @@ def _refreshable(expires_in: timedelta) -> tuple[sigv4._OffLoopCredentials, _Rol
         "assume-role",
         time_fetcher=lambda: clock[0],
     )
-    return sigv4._OffLoopCredentials(found, clock=lambda: clock[0].timestamp()), role, clock
+    credentials = sigv4._OffLoopCredentials(found, clock=lambda: clock[0].timestamp())
+    credentials.prime()  # as publication does, when it builds the transport
+    return credentials, role, clock
 
 
 async def _settled(credentials: sigv4._OffLoopCredentials, want: str) -> AwsCredentials:
@@ -307,14 +310,38 @@ def test_a_role_whose_credentials_cannot_be_fetched_fails_the_publication(
         TEMPORARY.access_key, TEMPORARY.secret_key, TEMPORARY.token, NOW, role, "assume-role"
     )
     monkeypatch.setattr("botocore.session.Session.get_credentials", lambda self: expired)
+    credentials = botocore_credentials("bedrock", path="providers.bedrock")
+    assert isinstance(credentials, sigv4._OffLoopCredentials) and role.threads == []  # nothing fetched yet
+    signer = RequestSigner(credentials, "us-east-1")
     with pytest.raises(ConfigError) as info:
-        botocore_credentials("bedrock", path="providers.bedrock")
+        _prime_aws(signer, "providers.bedrock")  # what publication does when it builds the transport
     issue = info.value.issues[0]
-    assert issue.path == "providers.bedrock" and "(ConnectionError)" in issue.message
-    assert "down" not in issue.message  # the type, never the text
+    assert issue.path == "providers.bedrock" and issue.message == "no AWS credentials: ConnectionError"
     role.fail = False
-    fetched = botocore_credentials("bedrock")
-    assert isinstance(fetched, sigv4._OffLoopCredentials) and fetched().access_key.startswith("ASIAREFRESHED")
+    _prime_aws(signer, "providers.bedrock")
+    assert credentials().access_key.startswith("ASIAREFRESHED") and len(role.threads) == 2
+
+
+def test_credentials_never_primed_are_fetched_in_a_thread_by_the_first_request() -> None:
+    clock = [NOW]
+    role = _Role(clock)
+    found = RefreshableCredentials(
+        TEMPORARY.access_key,
+        TEMPORARY.secret_key,
+        TEMPORARY.token,
+        NOW,
+        role,
+        "assume-role",
+        time_fetcher=lambda: clock[0],
+    )
+    credentials = sigv4._OffLoopCredentials(found, clock=lambda: clock[0].timestamp())
+
+    async def first() -> tuple[int, AwsCredentials]:
+        await credentials.ready()
+        return threading.get_ident(), credentials()
+
+    loop_thread, fetched = asyncio.run(first())
+    assert fetched.access_key == "ASIAREFRESHED0000001" and len(role.threads) == 1 and role.threads[0] != loop_thread
 
 
 def test_botocore_is_asked_about_expiry_at_most_once_a_second_while_none_is_near() -> None:
