@@ -212,9 +212,11 @@ class _Role:
         }
 
 
-def _refreshable(expires_in: timedelta) -> tuple[sigv4._OffLoopCredentials, _Role, list[datetime]]:
+def _refreshable(
+    expires_in: timedelta, *, prime: bool = True
+) -> tuple[sigv4._OffLoopCredentials, _Role, list[datetime]]:
     """Credentials expiring ``expires_in`` from the test's clock, which both botocore and the
-    provider read (moving it moves both)."""
+    provider read (moving it moves both); primed as publication primes them, unless ``prime`` is false."""
     clock = [NOW]
     role = _Role(clock)
     found = RefreshableCredentials(
@@ -227,7 +229,8 @@ def _refreshable(expires_in: timedelta) -> tuple[sigv4._OffLoopCredentials, _Rol
         time_fetcher=lambda: clock[0],
     )
     credentials = sigv4._OffLoopCredentials(found, clock=lambda: clock[0].timestamp())
-    credentials.prime()  # as publication does, when it builds the transport
+    if prime:
+        credentials.prime()
     return credentials, role, clock
 
 
@@ -323,18 +326,7 @@ def test_a_role_whose_credentials_cannot_be_fetched_fails_the_publication(
 
 
 def test_credentials_never_primed_are_fetched_in_a_thread_by_the_first_request() -> None:
-    clock = [NOW]
-    role = _Role(clock)
-    found = RefreshableCredentials(
-        TEMPORARY.access_key,
-        TEMPORARY.secret_key,
-        TEMPORARY.token,
-        NOW,
-        role,
-        "assume-role",
-        time_fetcher=lambda: clock[0],
-    )
-    credentials = sigv4._OffLoopCredentials(found, clock=lambda: clock[0].timestamp())
+    credentials, role, _ = _refreshable(timedelta(0), prime=False)  # expired: the fetch must call the role
 
     async def first() -> tuple[int, AwsCredentials]:
         await credentials.ready()
