@@ -46,6 +46,13 @@ class SingleFlight(Generic[T]):
         failed_at = self.failed_at
         return failed_at is not None and self._clock() - failed_at < seconds
 
+    def start_unless_failed_within(self, seconds: float) -> Future[T] | None:
+        """The fetch in flight, or a new one; ``None`` when none is in flight and the last one
+        failed less than ``seconds`` ago (a caller's retry interval)."""
+        if self._inflight is None and self.failed_within(seconds):
+            return None
+        return self.start()
+
     def start(self) -> Future[T]:
         """The fetch in flight, or a new one in a thread."""
         with self._lock:

@@ -41,6 +41,10 @@ def test_a_failure_is_stamped_and_a_success_clears_it() -> None:
     assert flight.inflight is None and flight.failed_at == 100.0
     now[0] = 109.0
     assert flight.failed_within(10.0) and not flight.failed_within(9.0)
+    assert flight.start_unless_failed_within(10.0) is None and flight.inflight is None
     fail[0] = False
+    now[0] = 111.0
+    started = flight.start_unless_failed_within(10.0)
+    assert started is not None and started.result(timeout=10) == "ok"
     assert flight.start().result(timeout=10) == "ok"
     assert flight.failed_at is None and not flight.failed_within(10.0)

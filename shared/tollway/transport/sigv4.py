@@ -159,12 +159,12 @@ def botocore_credentials(profile: str | None = None, *, path: str = "providers")
     if isinstance(found, botocore.credentials.RefreshableCredentials):
         return _OffLoopCredentials(found)
     frozen: Callable[[], Any] = found.get_frozen_credentials
+    return lambda: _aws(frozen())
 
-    def current() -> AwsCredentials:
-        creds = frozen()
-        return AwsCredentials(creds.access_key, creds.secret_key, creds.token)
 
-    return current
+def _aws(creds: Any) -> AwsCredentials:
+    """botocore's frozen credentials as ``AwsCredentials``."""
+    return AwsCredentials(creds.access_key, creds.secret_key, creds.token)
 
 
 class _OffLoopCredentials:
@@ -230,17 +230,15 @@ class _OffLoopCredentials:
         if self._current is not None and not self._found.refresh_needed():
             self._check_at = now + _CHECK_EVERY_S
             return
-        flight = self._flight
-        if flight.inflight is None and flight.failed_within(_RETRY_AFTER_FAILURE_S):
+        future = self._flight.start_unless_failed_within(_RETRY_AFTER_FAILURE_S)
+        if future is None:
             return
-        future = flight.start()
         if self._current is None or self._found.refresh_needed(0):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), _REFRESH_WAIT_S)
 
     def _read(self) -> AwsCredentials:
-        creds = self._found.get_frozen_credentials()
-        return AwsCredentials(creds.access_key, creds.secret_key, creds.token)
+        return _aws(self._found.get_frozen_credentials())
 
     def _refresh(self) -> None:
         """Run by ``_flight``, in its thread: the credentials, read through botocore's refresh, kept."""

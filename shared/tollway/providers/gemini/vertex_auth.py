@@ -127,7 +127,7 @@ class VertexTokenSigner:
             if now < token.expires_at - self._ahead:
                 return {"authorization": token.header}
             if now < token.expires_at:
-                self._refresh_ahead(now)
+                self._flight.start_unless_failed_within(_RETRY_AFTER_FAILURE_S)
                 return {"authorization": token.header}
         flight = self._flight
         if flight.inflight is None and flight.failed_within(_RETRY_AFTER_FAILURE_S):
@@ -155,12 +155,6 @@ class VertexTokenSigner:
         """When the held token expires, on the signer's clock; ``None`` before the first."""
         token = self._token
         return token.expires_at if token is not None else None
-
-    def _refresh_ahead(self, now: float) -> None:
-        flight = self._flight
-        failed_at = flight.failed_at
-        if flight.inflight is None and (failed_at is None or now - failed_at >= _RETRY_AFTER_FAILURE_S):
-            flight.start()
 
     def _wait_for_token(self) -> _Token:
         future = self._flight.start()
