@@ -90,7 +90,5 @@ async def burst(gw: Gateway, size: int, stream: bool) -> Counter[str]:
 @pytest.mark.parametrize("size", [100, 200])
 def test_a_burst_within_the_example_limits_is_served_in_full(example_gateway: Gateway, size: int, stream: bool) -> None:
     outcomes = asyncio.run(burst(example_gateway, size, stream))
-    refused = [
-        line for line in example_gateway.proc.log().splitlines() if '"status":' in line and '"status":200' not in line
-    ]
+    refused = [line for line in example_gateway.proc.log_lines() if '"status":' in line and '"status":200' not in line]
     assert outcomes == Counter({"ok": size}), (outcomes, refused[:5])

@@ -292,6 +292,7 @@ def test_provider_credential_never_reaches_client_or_logs(gateway: Gateway) -> N
                 model="chat-midstream-v1", messages=[{"role": "user", "content": "a b c d e"}], stream=True
             )
         )
+    gateway.proc.wait_log_line(lambda line: '"alias":"chat-midstream-v1"' in line)  # both requests were logged
     log = gateway.proc.log()
     assert "sk-e2e-provider-credential-do-not-leak" not in log
     assert "weather in Paris" not in log and "hello there" not in log

@@ -185,7 +185,7 @@ def test_a_reader_that_stops_reading_is_cut_off_and_frees_its_permits(gateway: G
     finally:
         sock.close()
     # Cut off (499, the upstream attempt cancelled), not a stream that fit in the socket buffers.
-    access = [line for line in gateway.proc.log().splitlines() if '"alias":"huge"' in line]
+    access = [line for line in gateway.proc.log_lines() if '"alias":"huge"' in line]
     assert access and '"status":499' in access[-1], access[-1:]
     assert '"cancelled"' in access[-1]
 

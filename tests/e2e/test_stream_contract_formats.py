@@ -173,7 +173,7 @@ def _wait_for(predicate: Callable[[], Any], timeout: float) -> Any:
 
 
 def _access_line(gateway: Gateway, request_id: str) -> dict[str, Any] | None:
-    for line in gateway.proc.log().splitlines():
+    for line in gateway.proc.log_lines():
         if request_id in line and '"logger":"tollway.access"' in line:
             record: dict[str, Any] = json.loads(line)
             if record.get("request_id") == request_id:

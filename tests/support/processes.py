@@ -8,6 +8,7 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -40,6 +41,23 @@ class Proc:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def log_lines(self) -> list[str]:
+        """The log's complete lines. A line the process is still writing is left out: a reader can
+        see a write to a regular file in part (Linux copies it a page at a time), so the log's
+        last line may be cut short, and parsing it as JSON fails."""
+        text = self.log()
+        return text[: text.rfind("\n") + 1].splitlines()
+
+    def wait_log_line(self, predicate: Callable[[str], bool], timeout: float = 10) -> str:
+        """The last complete log line matching ``predicate``, waited for up to ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [line for line in self.log_lines() if predicate(line)]
+            if found:
+                return found[-1]
+            assert time.monotonic() < deadline, f"no log line matched within {timeout} s:\n{self.log()[-4000:]}"
+            time.sleep(0.05)
 
 
 def start_process(args: list[str], ready: str, log_path: Path, env: dict[str, str] | None = None) -> Proc:
