@@ -9,19 +9,16 @@ no second attempt is made. Never a 5xx crash, never a hang (every request is bou
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
-import yaml
 
+from tests.support.asgi_gateway import asgi_gateway, isolate_aws, one_principal
 from tollway.mock.app import MockApp
 from tollway.mock.server import MockServerThread
-from tollway.server.app import create_app
 
 KEY = "tw-bedrock-corrupt-key-0001"
 AUTH = {"authorization": f"Bearer {KEY}"}
@@ -63,32 +60,16 @@ def _config(mock_url: str) -> dict[str, Any]:
         "providers": providers,
         "models": models,
         "routing": {"maxAttempts": 2, "baseBackoffMs": 1, "maxBackoffMs": 5},
-        "principals": [
-            {
-                "id": "p",
-                "tenant": "t",
-                "allowedModels": [m["name"] for m in models],
-                "keys": [{"id": "k", "sha256": hashlib.sha256(KEY.encode()).hexdigest()}],
-            }
-        ],
+        "principals": one_principal(KEY, [m["name"] for m in models]),
     }
 
 
 @pytest.fixture
 async def client(tmp_path: Path, mock: MockServerThread, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    path = tmp_path / "llm-router.yml"
-    path.write_text(yaml.safe_dump(_config(mock.base_url)))
-    app = create_app(path, watch_interval_s=None)
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway", timeout=20)
-    mock.app.clear_requests()
-    yield http
-    await http.aclose()
-    await app.state.runtime.aclose()
+    isolate_aws(monkeypatch, tmp_path)
+    async with asgi_gateway(tmp_path, _config(mock.base_url)) as http:
+        mock.app.clear_requests()
+        yield http
 
 
 def chat(alias: str) -> dict[str, Any]:

@@ -8,12 +8,10 @@ headers and body signed are exactly the ones sent.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 import yaml
@@ -21,6 +19,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from tests.support.asgi_gateway import asgi_gateway, isolate_aws, one_principal
 from tollway.exceptions import ConfigError
 from tollway.mock.app import MockApp, Receive, Scope, Send
 from tollway.mock.server import MockServerThread
@@ -83,35 +82,14 @@ def _config(mock_url: str) -> dict[str, Any]:
             {"name": "claude-throttled", "routes": [{"id": "t", **route, "provider": "throttled"}]},
         ],
         "routing": {"maxAttempts": 1, "baseBackoffMs": 1, "maxBackoffMs": 5},
-        "principals": [
-            {
-                "id": "p",
-                "tenant": "t",
-                "allowedModels": ["claude-bedrock", "claude-throttled"],
-                "keys": [{"id": "k", "sha256": hashlib.sha256(KEY.encode()).hexdigest()}],
-            }
-        ],
+        "principals": one_principal(KEY, ["claude-bedrock", "claude-throttled"]),
     }
 
 
 @pytest.fixture
 def isolated_aws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No AWS credentials but the test's own: no shared files, no profile, no instance role."""
-    for name in (
-        "AWS_PROFILE",
-        "AWS_DEFAULT_PROFILE",
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_SECURITY_TOKEN",
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    isolate_aws(monkeypatch, tmp_path, access_key=None)
 
 
 @pytest.fixture
@@ -120,17 +98,12 @@ async def client(
 ) -> AsyncIterator[Any]:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    path = tmp_path / "llm-router.yml"
-    path.write_text(yaml.safe_dump(_config(mock.base_url)))
-    app = create_app(path, watch_interval_s=None)
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway", timeout=20)
-    mock.app.clear_requests()
-    recording = mock.app
-    assert isinstance(recording, RecordingMock)
-    recording.seen.clear()
-    yield http
-    await http.aclose()
-    await app.state.runtime.aclose()
+    async with asgi_gateway(tmp_path, _config(mock.base_url)) as http:
+        mock.app.clear_requests()
+        recording = mock.app
+        assert isinstance(recording, RecordingMock)
+        recording.seen.clear()
+        yield http
 
 
 def assert_signed_as_sent(mock: MockServerThread, count: int) -> None:

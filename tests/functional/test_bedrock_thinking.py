@@ -8,19 +8,16 @@ for every non-Anthropic route until then).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
-import yaml
 
+from tests.support.asgi_gateway import asgi_gateway, isolate_aws, one_principal
 from tollway.mock.app import MockApp
 from tollway.mock.server import MockServerThread
-from tollway.server.app import create_app
 
 KEY = "tw-bedrock-thinking-key-0001"
 HEADERS = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
@@ -35,11 +32,7 @@ def mock() -> Iterator[MockServerThread]:
 
 @pytest.fixture
 async def client(tmp_path: Path, mock: MockServerThread, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    isolate_aws(monkeypatch, tmp_path)
     bedrock = {"type": "bedrock", "awsRegion": "eu-west-1", "providerAccountId": "aws", "quotaGroupId": "aws"}
     cfg = {
         "providers": {"bedrock": {**bedrock, "baseUrl": mock.base_url}},
@@ -50,23 +43,11 @@ async def client(tmp_path: Path, mock: MockServerThread, monkeypatch: pytest.Mon
                 "routes": [{"id": "b", "provider": "bedrock", "model": MODEL, "providerFormat": "bedrock-converse"}],
             }
         ],
-        "principals": [
-            {
-                "id": "p",
-                "tenant": "t",
-                "allowedModels": ["claude-thinking"],
-                "keys": [{"id": "k", "sha256": hashlib.sha256(KEY.encode()).hexdigest()}],
-            }
-        ],
+        "principals": one_principal(KEY, ["claude-thinking"]),
     }
-    path = tmp_path / "llm-router.yml"
-    path.write_text(yaml.safe_dump(cfg))
-    app = create_app(path, watch_interval_s=None)
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway", timeout=20)
-    mock.app.clear_requests()
-    yield http
-    await http.aclose()
-    await app.state.runtime.aclose()
+    async with asgi_gateway(tmp_path, cfg) as http:
+        mock.app.clear_requests()
+        yield http
 
 
 BODY: dict[str, Any] = {

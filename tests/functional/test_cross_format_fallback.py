@@ -10,7 +10,6 @@ mock's request log must show both attempts, the failed one first.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,9 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-import yaml
 
+from tests.support.asgi_gateway import asgi_gateway, isolate_aws, one_principal
 from tollway.mock.server import MockServerThread
-from tollway.server.app import create_app
 
 KEY = "tw-cross-format-key-0001"
 PROVIDER_KEY_ENV = "TOLLWAY_XFORMAT_PROVIDER_KEY"
@@ -106,14 +104,7 @@ def _config(mock_url: str, failing: str, fallback: str) -> dict[str, Any]:
             "circuitBreaker": {"failureThreshold": 50},
             "outlierDetection": {"enabled": False},
         },
-        "principals": [
-            {
-                "id": "p",
-                "tenant": "t",
-                "allowedModels": ["xf"],
-                "keys": [{"id": "k", "sha256": hashlib.sha256(KEY.encode()).hexdigest()}],
-            }
-        ],
+        "principals": one_principal(KEY, ["xf"]),
     }
 
 
@@ -126,13 +117,7 @@ def mock() -> Iterator[MockServerThread]:
 @pytest.fixture
 def isolated_aws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Dummy AWS credentials for the Bedrock routes, and no other source of any."""
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    isolate_aws(monkeypatch, tmp_path)
 
 
 class Gateway:
@@ -164,16 +149,9 @@ async def gateway(
 ) -> AsyncIterator[Gateway]:
     failing, fallback = request.param
     monkeypatch.setenv(PROVIDER_KEY_ENV, "sk-cross-format-provider")
-    path = tmp_path / "llm-router.yml"
-    path.write_text(yaml.safe_dump(_config(mock.base_url, failing, fallback)))
-    app = create_app(path, watch_interval_s=None)
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway", timeout=20)
-    mock.app.clear_requests()
-    try:
+    async with asgi_gateway(tmp_path, _config(mock.base_url, failing, fallback)) as client:
+        mock.app.clear_requests()
         yield Gateway(client, mock, failing, fallback)
-    finally:
-        await client.aclose()
-        await app.state.runtime.aclose()
 
 
 def data_frames(text: str) -> list[dict[str, Any]]:

@@ -8,19 +8,16 @@ so the follow-up turn reaches Gemini with the signature where it was.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
-import yaml
 
+from tests.support.asgi_gateway import asgi_gateway, one_principal
 from tollway.mock.app import MockApp
 from tollway.mock.server import MockServerThread
-from tollway.server.app import create_app
 
 KEY = "tw-gemini-signatures-key-0001"
 AUTH = {"authorization": f"Bearer {KEY}"}
@@ -61,23 +58,11 @@ async def client(tmp_path: Path, mock: MockServerThread, monkeypatch: pytest.Mon
             }
         ],
         "routing": {"maxAttempts": 1},
-        "principals": [
-            {
-                "id": "p",
-                "tenant": "t",
-                "allowedModels": ["gemini-3"],
-                "keys": [{"id": "k", "sha256": hashlib.sha256(KEY.encode()).hexdigest()}],
-            }
-        ],
+        "principals": one_principal(KEY, ["gemini-3"]),
     }
-    path = tmp_path / "llm-router.yml"
-    path.write_text(yaml.safe_dump(cfg))
-    app = create_app(path, watch_interval_s=None)
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway", timeout=20)
-    mock.app.clear_requests()
-    yield http
-    await http.aclose()
-    await app.state.runtime.aclose()
+    async with asgi_gateway(tmp_path, cfg) as http:
+        mock.app.clear_requests()
+        yield http
 
 
 QUESTION = {"role": "user", "content": "Wetter in Köln?"}

@@ -17,6 +17,7 @@ Two Anthropic features are played deterministically, from the request alone:
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Final
 
 import orjson
@@ -47,6 +48,7 @@ _ERROR_TYPES: Final = {
 _PING: Final = b'event: ping\ndata: {"type":"ping"}\n\n'
 _MESSAGE_STOP: Final = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 _MIN_THINKING_BUDGET: Final = 1024
+_TOOL_ID: Final = re.compile(r"[a-zA-Z0-9_-]+")
 
 
 def _block_frames(index: int) -> tuple[bytes, bytes, bytes, bytes]:
@@ -107,6 +109,44 @@ def _check_signatures(messages: list[dict[str, Any]]) -> None:
             text, signature = block.get("thinking"), block.get("signature")
             if not isinstance(text, str) or signature != thinking_signature(text):
                 raise RequestError(f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block", "messages")
+
+
+def _check_tool_ids(messages: list[dict[str, Any]]) -> None:
+    """Refuse, as Anthropic does, a ``tool_use`` id or ``tool_use_id`` outside ``[a-zA-Z0-9_-]``, a
+    ``tool_use`` the next message does not answer, and a ``tool_result`` for no call of the turn before."""
+    asked: list[str] = []
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+        answered: list[str] = []
+        for j, block in enumerate(blocks):
+            kind = block.get("type")
+            field = "id" if kind == "tool_use" else "tool_use_id" if kind == "tool_result" else None
+            if field is None:
+                continue
+            value = str(block.get(field))
+            if not _TOOL_ID.fullmatch(value):
+                raise RequestError(
+                    f"messages.{i}.content.{j}.{kind}.{field}: String should match pattern '^[a-zA-Z0-9_-]+$'",
+                    "messages",
+                )
+            if kind == "tool_result":
+                if value not in asked:
+                    raise RequestError(
+                        f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {value}. "
+                        "Each `tool_result` block must have a corresponding `tool_use` block in the previous message.",
+                        "messages",
+                    )
+                answered.append(value)
+        unanswered = [u for u in asked if u not in answered]
+        if unanswered:
+            raise RequestError(
+                f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                f"{', '.join(unanswered)}. Each `tool_use` block must have a corresponding `tool_result` block "
+                "in the next message.",
+                "messages",
+            )
+        asked = [str(b.get("id")) for b in blocks if b.get("type") == "tool_use"]
 
 
 def _block_chars(block: Any) -> int:
@@ -181,6 +221,7 @@ class AnthropicMessages:
         )
         if len(messages) > 1:
             _check_signatures(messages)
+            _check_tool_ids(messages)
         read, written = _cache_tokens(body, messages)
         if read or written:
             req.cache_read_tokens, req.cache_creation_tokens = read, min(written, req.prompt_tokens - read)

@@ -122,6 +122,8 @@ def _event(name: str, data: dict[str, Any]) -> bytes:
 
 _MESSAGE_START: Final = _event("messageStart", {"role": "assistant"})
 _MIN_THINKING_BUDGET: Final = 1024
+_TOOL_USE_ID: Final = re.compile(r"[a-zA-Z0-9_-]+")
+_TOOL_USE_ID_MAX: Final = 64
 
 
 def _thinking_enabled(fields: Any) -> bool:
@@ -192,10 +194,43 @@ def _text(content: Any) -> str:
     return " ".join(t for t in (_block_text(b) for b in content) if t)
 
 
+def _check_tool_use_id(block: dict[str, Any], at: str) -> None:
+    """Refuse a ``toolUseId`` Bedrock's model refuses: 1 to 64 characters of ``[a-zA-Z0-9_-]``."""
+    for kind in ("toolUse", "toolResult"):
+        inner = block.get(kind)
+        if not isinstance(inner, dict):
+            continue
+        value = inner.get("toolUseId")
+        field = f"{at}.{kind}.toolUseId"
+        if not isinstance(value, str) or len(value) > _TOOL_USE_ID_MAX:
+            raise RequestError(_constraint(field, f"length less than or equal to {_TOOL_USE_ID_MAX}"))
+        if not _TOOL_USE_ID.fullmatch(value):
+            raise RequestError(
+                f"1 validation error detected: Value at '{field}' failed to satisfy constraint: "
+                "Member must satisfy regular expression pattern: [a-zA-Z0-9_-]+"
+            )
+
+
+def _check_tool_results(i: int, content: list[dict[str, Any]], asked: list[str]) -> None:
+    """Refuse toolResult blocks that do not answer the previous turn's toolUse blocks, one each."""
+    answered = [b["toolResult"].get("toolUseId") for b in content if isinstance(b.get("toolResult"), dict)]
+    if len(answered) > len(asked):
+        raise RequestError(
+            f"The number of toolResult blocks at messages.{i}.content exceeds the number of toolUse blocks of "
+            "previous turn."
+        )
+    missing = [u for u in asked if u not in answered]
+    if missing:
+        raise RequestError(
+            f"Expected toolResult blocks at messages.{i}.content for the following Ids: {', '.join(missing)}"
+        )
+
+
 def _check_messages(messages: Any, has_tools: bool) -> list[dict[str, Any]]:
     if not isinstance(messages, list) or not messages:
         raise RequestError(_FIRST_USER)
     previous = None
+    asked: list[str] = []
     for i, message in enumerate(messages):
         role = message.get("role") if isinstance(message, dict) else None
         content = message.get("content") if isinstance(message, dict) else None
@@ -206,7 +241,7 @@ def _check_messages(messages: Any, has_tools: bool) -> list[dict[str, Any]]:
         if role == previous:
             raise RequestError(_ALTERNATE)
         previous = role
-        for block in content:
+        for j, block in enumerate(content):
             if not isinstance(block, dict):
                 raise RequestError(f"messages.{i}: a content block must be an object")
             if "text" in block and not str(block["text"]).strip():
@@ -217,6 +252,9 @@ def _check_messages(messages: Any, has_tools: bool) -> list[dict[str, Any]]:
                 raise RequestError(
                     "The toolConfig field must be defined when using toolUse and toolResult content blocks."
                 )
+            _check_tool_use_id(block, f"messages.{i}.member.content.{j}.member")
+        _check_tool_results(i, content, asked)
+        asked = [b["toolUse"]["toolUseId"] for b in content if isinstance(b.get("toolUse"), dict)]
     return messages
 
 

@@ -127,10 +127,11 @@ def vertex_route(path: str) -> tuple[str, bool] | None:
 
 
 def thought_signature(name: str, args: Any) -> str:
-    """The mock's signature of a call: base64 of a digest of its name and arguments (standard
-    alphabet, padded, as Gemini's JSON carries bytes)."""
-    digest = hashlib.sha256(name.encode() + b"\x00" + orjson.dumps(args, option=orjson.OPT_SORT_KEYS)).digest()
-    return base64.b64encode(b"\xfb\xff" + digest[:20]).decode()
+    """The mock's signature of a call: base64 of 256 bytes derived from its name and arguments
+    (standard alphabet, padded, as Gemini's JSON carries bytes). Gemini's run to hundreds of
+    characters too, so a tool call id that carries one is far longer than other providers accept."""
+    call = name.encode() + b"\x00" + orjson.dumps(args, option=orjson.OPT_SORT_KEYS)
+    return base64.b64encode(b"\xfb\xff" + hashlib.shake_256(call).digest(254)).decode()
 
 
 def _signs(model: str) -> bool:

@@ -22,6 +22,7 @@ _ERROR_KINDS: Final = {
 }
 _CHUNK_OPEN: Final = b',"logprobs":null,"finish_reason":'
 _DONE: Final = b"data: [DONE]\n\n"
+_TOOL_ID_MAX: Final = 40
 
 
 def _error_kind(status: int) -> tuple[str, str]:
@@ -39,6 +40,40 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
     return None
 
 
+def _check_tool_ids(messages: list[dict[str, Any]]) -> None:
+    """Refuse, in OpenAI's words, a tool call id over 40 characters and an assistant turn's calls
+    that the tool messages after it do not all answer."""
+    pending: list[str] = []
+    for i, message in enumerate(messages):
+        calls = message.get("tool_calls")
+        fields = [("tool_call_id", message.get("tool_call_id"))]
+        if isinstance(calls, list):
+            fields += [(f"tool_calls[{k}].id", c.get("id")) for k, c in enumerate(calls) if isinstance(c, dict)]
+        for field, value in fields:
+            if isinstance(value, str) and len(value) > _TOOL_ID_MAX:
+                raise RequestError(
+                    f"Invalid 'messages[{i}].{field}': string too long. Expected a string with maximum length "
+                    f"{_TOOL_ID_MAX}, but got a string with length {len(value)} instead.",
+                    f"messages[{i}].{field}",
+                )
+        if message.get("role") == "tool":
+            if message.get("tool_call_id") not in pending:
+                raise RequestError(
+                    "Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
+                    "with 'tool_calls'.",
+                    f"messages[{i}].role",
+                )
+            pending.remove(message["tool_call_id"])
+            continue
+        if pending:
+            raise RequestError(
+                "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(pending)}",
+                f"messages[{i}].role",
+            )
+        pending = [str(c.get("id")) for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
 class OpenAIChat:
     name = "openai"
     request_id_header = b"x-request-id"
@@ -52,6 +87,8 @@ class OpenAIChat:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             raise RequestError("'messages' must be a non-empty array of objects", "messages")
+        if len(messages) > 1:
+            _check_tool_ids(messages)
         texts = [content_text(m.get("content")) for m in messages]
         echo = next(
             (texts[i] for i in reversed(range(len(messages))) if messages[i].get("role") in ("user", "tool")), ""

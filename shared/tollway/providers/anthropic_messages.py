@@ -68,6 +68,7 @@ from tollway.providers.openai_chat import (
     tool_arguments,
     truncated,
 )
+from tollway.providers.tool_ids import anthropic_tool_id
 from tollway.wire import SseEvent, UpstreamRequest
 
 __all__ = ["AnthropicMessagesCodec"]
@@ -277,13 +278,17 @@ def _blocks(m: Message) -> list[dict[str, Any]]:
         content: str | list[dict[str, Any]] = m.text()
         if isinstance(m.content, list) and any(type(p) is not TextPart or p.cache_control for p in m.content):
             content = _content_blocks(m.content)
-        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": content}
+        result: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": anthropic_tool_id(m.tool_call_id),
+            "content": content,
+        }
         if m.cache_control is not None:
             result["cache_control"] = _cache_control(m.cache_control)
         return [result]
     blocks = _content_blocks(m.content)
     for call in m.tool_calls or ():
-        block = {"type": "tool_use", "id": call.id, "name": call.name, "input": tool_arguments(call)}
+        block = {"type": "tool_use", "id": anthropic_tool_id(call.id), "name": call.name, "input": tool_arguments(call)}
         if call.cache_control is not None:
             block["cache_control"] = _cache_control(call.cache_control)
         blocks.append(block)

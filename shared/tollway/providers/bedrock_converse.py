@@ -89,6 +89,7 @@ from tollway.providers.openai_chat import (
     tool_arguments,
     truncated,
 )
+from tollway.providers.tool_ids import bedrock_tool_id
 from tollway.wire import UpstreamRequest
 
 __all__ = ["BedrockConverseCodec"]
@@ -299,10 +300,12 @@ def _blocks(m: Message) -> list[dict[str, Any]]:
         if not m.tool_call_id:
             raise InvalidRequest("A tool message needs a tool_call_id.", param="messages")
         content = nonblank_parts(m.content, _part) or [{"text": ""}]
-        return [{"toolResult": {"toolUseId": m.tool_call_id, "content": content}}]
+        return [{"toolResult": {"toolUseId": bedrock_tool_id(m.tool_call_id), "content": content}}]
     blocks = nonblank_parts(m.content, _part)  # Bedrock refuses a blank text block
     for call in m.tool_calls or ():
-        blocks.append({"toolUse": {"toolUseId": call.id, "name": call.name, "input": tool_arguments(call)}})
+        blocks.append(
+            {"toolUse": {"toolUseId": bedrock_tool_id(call.id), "name": call.name, "input": tool_arguments(call)}}
+        )
     return blocks
 
 

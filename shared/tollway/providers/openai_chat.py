@@ -40,6 +40,7 @@ from tollway.canonical import (
 )
 from tollway.exceptions import InvalidRequest, UnsupportedParameter, UpstreamCategory, UpstreamError
 from tollway.providers.base import ProviderFormat, Target
+from tollway.providers.tool_ids import openai_tool_id
 from tollway.wire import SseEvent, UpstreamRequest
 
 __all__ = ["OpenAIChatCodec"]
@@ -207,11 +208,11 @@ def _message(m: Message) -> dict[str, Any]:
         out["name"] = m.name
     if m.tool_calls:
         out["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            {"id": openai_tool_id(c.id), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in m.tool_calls
         ]
     if m.tool_call_id is not None:
-        out["tool_call_id"] = m.tool_call_id
+        out["tool_call_id"] = openai_tool_id(m.tool_call_id)
     return out
 
 
