@@ -88,8 +88,8 @@ class AttemptRecord:
     """Upstream stream events that did not decode and were skipped (at most one survives)."""
     reason: str = "first"
     """Why it was made: first, retry (the same route again), fallback, or continuation."""
-    provider_format: str = ""
-    """The deployment's wire format (``openai-chat-completions``, ``anthropic-messages``)."""
+    provider_name: str = ""
+    """The deployment's ``gen_ai.provider.name`` (``openai``, ``gcp.vertex_ai``): metrics and spans."""
 
 
 class AttemptAudit(Protocol):
@@ -743,7 +743,7 @@ class Gateway:
             time.monotonic(),
             ticket=ticket,
             reason=reason,
-            provider_format=target.deployment.format.value,
+            provider_name=target.deployment.provider_name,
         )
         ctx.attempts.append(record)
         return record

@@ -21,6 +21,7 @@ import httpx
 import orjson
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.google_token import ServiceAccount
 from tollway.config.loader import parse_config
@@ -31,6 +32,7 @@ from tollway.mock.server import MockServerThread
 from tollway.server.app import create_app
 
 KEY = "tw-vertex-functional-key-0001"
+ADMIN_KEY = "tw-vertex-functional-admin-0001"
 AUTH = {"authorization": f"Bearer {KEY}"}
 MODEL = "gemini-2.5-flash"
 PROJECT, LOCATION = "tollway-test", "europe-west4"
@@ -97,7 +99,13 @@ def _config(mock_url: str) -> dict[str, Any]:
                 "tenant": "t",
                 "allowedModels": ["gemini-vertex", "gemini-throttled"],
                 "keys": [{"id": "k", "sha256": hashlib.sha256(KEY.encode()).hexdigest()}],
-            }
+            },
+            {
+                "id": "ops",
+                "tenant": "t",
+                "roles": ["admin"],
+                "keys": [{"id": "a", "sha256": hashlib.sha256(ADMIN_KEY.encode()).hexdigest()}],
+            },
         ],
     }
 
@@ -162,6 +170,20 @@ async def test_chat_completions_buffered_and_streamed_through_vertex(
         f"{VERTEX_PATH}models/{MODEL}:streamGenerateContent",
     ]
     assert_bearer_tokens(mock, account, 2)
+
+
+async def test_metrics_name_the_provider_vertex_ai_not_the_gemini_api(client: Any) -> None:
+    body = {"model": "gemini-vertex", "messages": [{"role": "user", "content": "Hallo"}], "max_tokens": 16}
+    assert (await client.post("/v1/chat/completions", json=body, headers=AUTH)).status_code == 200
+    scraped = await client.get("/metrics", headers={"authorization": f"Bearer {ADMIN_KEY}"})
+    assert scraped.status_code == 200, scraped.text
+    providers = {
+        s.labels["gen_ai_provider_name"]
+        for family in text_string_to_metric_families(scraped.text)
+        for s in family.samples
+        if s.name == "tollway_attempts_total"
+    }
+    assert providers == {"gcp.vertex_ai"}
 
 
 async def test_a_tool_call_round_trips_through_vertex(

@@ -33,7 +33,7 @@ from tollway.governance.policy import GovernanceSnapshot, PricingView
 from tollway.governance.principals import Principal, key_digest
 from tollway.pii.policy import PiiKeys, PiiProfile
 from tollway.pricing import PricingSnapshot
-from tollway.providers import FORMAT_CAPABILITIES, codec_for, embeddings_codec_for
+from tollway.providers import FORMAT_CAPABILITIES, codec_for, embeddings_codec_for, provider_name
 from tollway.providers.base import AnyCodec, ProviderFormat, Target
 from tollway.providers.gemini import VertexGeminiCodec
 from tollway.providers.gemini.vertex_auth import VertexTokenSigner, google_credentials
@@ -450,6 +450,7 @@ class Publisher:
                 transport=transport,
                 provider_account_id=provider.providerAccountId or pid,
                 quota_group_id=provider.quotaGroupId or pid,
+                provider_name=provider_name(provider.type, fmt),
             )
         return out
 

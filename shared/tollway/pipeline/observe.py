@@ -25,17 +25,10 @@ if TYPE_CHECKING:
     from tollway.telemetry.metrics import GatewayMetrics
     from tollway.telemetry.tracing import Tracer
 
-__all__ = ["PROVIDER_NAMES", "Observer"]
+__all__ = ["Observer"]
 
 log = logging.getLogger("tollway.telemetry")
 
-PROVIDER_NAMES: Final = {
-    "openai-chat-completions": "openai",
-    "anthropic-messages": "anthropic",
-    "gemini": "gcp.gemini",
-    "bedrock-converse": "aws.bedrock",
-}
-"""``gen_ai.provider.name`` by provider wire format (the conventions' well-known values)."""
 _STATUS_CLASS: Final = ("1xx", "1xx", "2xx", "3xx", "4xx", "5xx")
 _BUDGET_CODES: Final = frozenset({"budget_exceeded", "rate_limited", "budget_unavailable"})
 _OPERATION: Final = "chat"
@@ -133,7 +126,7 @@ class Observer:
             took = ended - a.started
             waited += took
             routes.add(a.route_id)
-            provider = PROVIDER_NAMES.get(a.provider_format, a.provider_format)
+            provider = a.provider_name
             category = a.error_category or ""
             m.attempts.child(alias, a.route_id, provider, a.outcome, category).inc()
             m.provider_duration.child(op, alias, provider, a.route_id, category).observe(took)
@@ -194,7 +187,7 @@ class Observer:
                         number=a.number,
                         route_id=a.route_id,
                         deployment_id=a.deployment_id,
-                        provider_name=PROVIDER_NAMES.get(a.provider_format, a.provider_format),
+                        provider_name=a.provider_name,
                         reason=a.reason,
                         started=a.started,
                         ended=a.ended if a.ended is not None else now,

@@ -3,7 +3,8 @@
 ``codec_for`` returns the one shared, stateless codec of a format, and ``embeddings_codec_for``
 its embeddings capability when its providers embed; ``FORMAT_CAPABILITIES``
 says what each format can represent, so configuration can refuse a route that would
-have to drop a feature a model is declared to have.
+have to drop a feature a model is declared to have. ``provider_name`` is what metrics and spans
+call a provider.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "Target",
     "codec_for",
     "embeddings_codec_for",
+    "provider_name",
 ]
 
 FORMAT_CAPABILITIES: dict[ProviderFormat, frozenset[str]] = {
@@ -60,3 +62,18 @@ _EMBEDDINGS: Mapping[ProviderFormat, EmbeddingsCodec] = {ProviderFormat.OPENAI_C
 def embeddings_codec_for(fmt: ProviderFormat) -> EmbeddingsCodec | None:
     """The embeddings capability of ``fmt``; ``None`` when its providers do not embed (Anthropic)."""
     return _EMBEDDINGS.get(fmt)
+
+
+_PROVIDER_NAMES: Mapping[ProviderFormat, str] = {
+    ProviderFormat.OPENAI_CHAT: "openai",
+    ProviderFormat.ANTHROPIC_MESSAGES: "anthropic",
+    ProviderFormat.GEMINI: "gcp.gemini",
+    ProviderFormat.BEDROCK_CONVERSE: "aws.bedrock",
+}
+
+
+def provider_name(provider_type: str, fmt: ProviderFormat) -> str:
+    """``gen_ai.provider.name`` (a well-known value of the OpenTelemetry GenAI conventions) of a
+    provider of ``provider_type`` spoken to in ``fmt``: by format, except Vertex AI, which speaks the
+    Gemini API's format and is ``gcp.vertex_ai``."""
+    return "gcp.vertex_ai" if provider_type == "vertex" else _PROVIDER_NAMES[fmt]

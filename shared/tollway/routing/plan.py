@@ -37,6 +37,10 @@ class Deployment:
     quota_group_id: str
     embeddings: EmbeddingsCodec | None = None
     """The format's embeddings capability, when its providers embed."""
+    provider_name: str = ""
+    """``gen_ai.provider.name`` in metrics and spans: the conventions' well-known value for the
+    provider's type and format (``openai``, ``anthropic``, ``gcp.gemini``, ``gcp.vertex_ai``,
+    ``aws.bedrock``)."""
 
     def __repr__(self) -> str:
         return f"Deployment({self.id!r}, {self.format.value})"
