@@ -25,6 +25,7 @@ import os
 import re
 import secrets
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -304,8 +305,17 @@ def stop_in_order(children: Sequence[Child]) -> None:
         log.debug("%s stopped in %.1f s", child.name, time.monotonic() - started)
 
 
+def _exit_on_term(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
 def run_server(sock: socket.socket, config_path: str, workers: int, log_level: str, access_log: bool) -> None:
-    """Serve until stopped, then stop the audit shipper: it ships what the gateway's WAL still holds."""
+    """Serve until stopped, then stop the audit shipper (it ships what the gateway's WAL still
+    holds) and remove the metric files."""
+    # uvicorn re-raises SIGTERM after its graceful shutdown. Under the default handler that killed
+    # the process before the ``finally`` below: the shipper was left to notice on its own and the
+    # metrics directory stayed behind. As SystemExit, the ``finally`` runs.
+    signal.signal(signal.SIGTERM, _exit_on_term)
     metrics_dir = _start_metrics(config_path)
     shipper = _start_audit_shipper(config_path, workers)
     try:
@@ -317,9 +327,40 @@ def run_server(sock: socket.socket, config_path: str, workers: int, log_level: s
         if shipper is not None:
             stop_in_order([Child("audit shipper", shipper, _SHIPPER_STOP_S)])
         if metrics_dir is not None:
-            import shutil
-
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+_METRICS_PREFIX: Final = "tollway-metrics-"
+
+
+def sweep_metrics_dirs(temp: Path) -> list[Path]:
+    """Remove the metrics directories, in ``temp`` and owned by this user, of servers that are gone.
+
+    A server removes its own when it stops; one that was killed (SIGKILL, out of memory) cannot.
+    Each directory is named after the pid of the server that made it, and only one whose server
+    no longer runs is removed: a reused pid keeps a stale directory, never removes a live one."""
+    removed: list[Path] = []
+    uid = os.getuid()
+    for entry in temp.glob(f"{_METRICS_PREFIX}*-*"):
+        owner = entry.name.removeprefix(_METRICS_PREFIX).split("-", 1)[0]
+        try:
+            if not owner.isdigit() or entry.lstat().st_uid != uid or not entry.is_dir() or _alive(int(owner)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def _start_metrics(config_path: str) -> str | None:
@@ -333,7 +374,8 @@ def _start_metrics(config_path: str) -> str | None:
     metrics = load_config(Path(config_path)).telemetry.metrics
     if not metrics.enabled:
         return None
-    directory = tempfile.mkdtemp(prefix="tollway-metrics-")
+    sweep_metrics_dirs(Path(tempfile.gettempdir()))
+    directory = tempfile.mkdtemp(prefix=f"{_METRICS_PREFIX}{os.getpid()}-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory  # read when prometheus_client is first imported
     if metrics.port is not None:
         from prometheus_client import CollectorRegistry, multiprocess, start_http_server
@@ -617,13 +659,9 @@ def up(args: argparse.Namespace) -> None:
     module docstring.
     """
     config = args.config or str(resources.files("tollway") / "examples" / "llm-router.yml")
-
-    def on_term(signum: int, frame: object) -> None:
-        raise SystemExit(0)
-
     # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into SystemExit lets the
     # finally below stop the children instead of orphaning them.
-    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGTERM, _exit_on_term)
     demo_key = os.environ.get("TOLLWAY_DEMO_KEY") or "tw-demo-" + secrets.token_urlsafe(24)
     os.environ["TOLLWAY_DEMO_KEY"] = demo_key
     os.environ.setdefault("TOLLWAY_MOCK_PROVIDER_KEY", "mock-" + secrets.token_urlsafe(16))

@@ -312,6 +312,27 @@ def test_two_workers_serve_and_both_reload_on_sighup(mock_provider: Proc, tmp_pa
     assert gw.proc.proc.returncode == 0
 
 
+def test_sigterm_stops_serve_and_removes_its_metric_files(mock_provider: Proc, tmp_path: Path) -> None:
+    """uvicorn re-raises SIGTERM after its graceful stop; ``serve`` must still run its own clean-up."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    key, digest = new_key()
+    path = tmp_path / "llm-router.yml"
+    path.write_text(yaml.safe_dump(build_config(mock_provider.url, {"team-a": digest, "team-b": new_key()[1]})))
+    gw = start_gateway(path, {PROVIDER_KEY_ENV: "sk-sigterm-test", "TMPDIR": str(temp)})
+    try:
+        with openai.OpenAI(base_url=gw.base_url, api_key=key, max_retries=0) as sdk:
+            sdk.chat.completions.create(model="chat-fast-v1", messages=[{"role": "user", "content": "hi"}])
+        (metrics,) = temp.glob("tollway-metrics-*")
+        assert metrics.name.startswith(f"tollway-metrics-{gw.proc.proc.pid}-")
+        assert any(metrics.iterdir()), "the worker wrote its metric files"
+        gw.proc.proc.send_signal(signal.SIGTERM)
+        assert gw.proc.proc.wait(timeout=20) == 0, gw.proc.log()
+    finally:
+        gw.proc.stop()
+    assert list(temp.glob("tollway-metrics-*")) == []
+
+
 def test_client_disconnect_cancels_the_upstream_stream(gateway: Gateway, mock_provider: Proc) -> None:
     slow = {"model": "chat-slow-v1", "messages": [{"role": "user", "content": "slow words here"}], "stream": True}
     headers = {"authorization": f"Bearer {gateway.keys['team-a']}", "x-mock-chunk-gap-ms": "0"}

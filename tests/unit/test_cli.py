@@ -429,3 +429,18 @@ def test_serve_without_aws_credentials_for_a_bedrock_provider_fails_with_one_lin
         "tollway: error: no AWS credentials found in the environment, shared files or instance role"
         " (providers.mock-bedrock)"
     ]
+
+
+def test_the_sweep_removes_only_metrics_directories_of_servers_that_are_gone(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = tmp_path / f"tollway-metrics-{gone.pid}-abc123"
+    live = tmp_path / f"tollway-metrics-{os.getpid()}-def456"
+    unnamed = tmp_path / "tollway-metrics-x_9k2l"  # no owner in its name: never touched
+    for folder in (dead, live, unnamed):
+        folder.mkdir()
+        (folder / "counter_1.db").write_bytes(b"\0" * 16)
+    stray_file = tmp_path / "tollway-metrics-1-file"
+    stray_file.write_text("not a directory")
+    assert cli.sweep_metrics_dirs(tmp_path) == [dead]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, unnamed.name, stray_file.name])
