@@ -12,7 +12,9 @@ Depends on the ``vertex`` wiring in ``config/root.py``, ``config/schema.py`` and
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -184,6 +186,42 @@ async def test_metrics_name_the_provider_vertex_ai_not_the_gemini_api(client: An
         if s.name == "tollway_attempts_total"
     }
     assert providers == {"gcp.vertex_ai"}
+
+
+async def test_a_reload_waiting_on_a_token_does_not_hold_up_requests(
+    tmp_path: Path, mock: MockServerThread, account: ServiceAccount
+) -> None:
+    """A reload that builds a Vertex transport fetches its first token; requests go on meanwhile."""
+    cfg = _config(mock.base_url)
+    path = tmp_path / "llm-router.yml"
+    path.write_text(yaml.safe_dump(cfg))
+    app = create_app(path, watch_interval_s=None)
+    runtime = app.state.runtime
+    release = threading.Event()
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway", timeout=20)
+    try:
+        cfg["providers"]["vertex-b"] = {**cfg["providers"]["vertex"], "quotaGroupId": "gcp-tollway-test-b"}
+        route = {"id": "b", "provider": "vertex-b", "model": MODEL, "providerFormat": "gemini"}
+        cfg["models"].append({"name": "gemini-b", "routes": [route]})
+        cfg["principals"][0]["allowedModels"].append("gemini-b")
+        path.write_text(yaml.safe_dump(cfg))
+        account.endpoint.hold = release
+        reload = asyncio.ensure_future(runtime.reload())
+        assert await asyncio.to_thread(account.endpoint.holding.wait, 10), "the reload asks vertex-b's token"
+        body = {"model": "gemini-vertex", "messages": [{"role": "user", "content": "Hallo"}], "max_tokens": 16}
+        answer = await http.post("/v1/chat/completions", json=body, headers=AUTH)
+        served_while_held = account.endpoint.holding.is_set()
+        release.set()
+        assert answer.status_code == 200, answer.text
+        assert served_while_held, "the request waited for the reload's token grant: publication blocked the loop"
+        assert await reload is True
+        moved = await http.post("/v1/chat/completions", json={**body, "model": "gemini-b"}, headers=AUTH)
+        assert moved.status_code == 200, moved.text
+    finally:
+        account.endpoint.hold = None
+        release.set()
+        await http.aclose()
+        await runtime.aclose()
 
 
 async def test_a_tool_call_round_trips_through_vertex(

@@ -34,7 +34,9 @@ EMAIL = "tollway-test@tollway-test-project.iam.gserviceaccount.com"
 
 class TokenEndpoint:
     """``POST /token``: a JWT bearer grant in, ``{"access_token", "expires_in", "token_type"}`` out.
-    ``issued`` lists the tokens given, in order; ``fail`` makes it answer 400 ``invalid_grant``."""
+    ``issued`` lists the tokens given, in order; ``fail`` makes it answer 400 ``invalid_grant``.
+    ``hold``, when set to an event, keeps each grant waiting until the event is set (at most
+    ``hold_timeout_s``); ``holding`` is set while one waits."""
 
     def __init__(self, public_pem: bytes, expires_in: int = 3600) -> None:
         self.public_pem = public_pem
@@ -42,6 +44,9 @@ class TokenEndpoint:
         self.issued: list[str] = []
         self.refused: list[str] = []
         self.fail = False
+        self.hold: threading.Event | None = None
+        self.hold_timeout_s = 10.0
+        self.holding = threading.Event()
         self.requests = 0
         """Grants asked for, answered or not."""
         self._counter = itertools.count(1)
@@ -76,6 +81,11 @@ class TokenEndpoint:
             return 400, {"error": "invalid_scope"}
         if self.fail:
             return 400, {"error": "invalid_grant", "error_description": "account disabled"}
+        hold = self.hold
+        if hold is not None:
+            self.holding.set()
+            hold.wait(self.hold_timeout_s)
+            self.holding.clear()
         token = f"ya29.test-token-{next(self._counter)}"
         self.issued.append(token)
         return 200, {"access_token": token, "expires_in": self.expires_in, "token_type": "Bearer"}

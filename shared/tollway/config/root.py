@@ -538,17 +538,20 @@ class Publisher:
                 )
         return out
 
-    async def retire(self, old: PublishedRoot, new: PublishedRoot, grace_s: float = 60.0) -> None:
-        """Close transports the new root no longer uses, after in-flight requests had time to end."""
+    def detach(self, old: PublishedRoot, new: PublishedRoot) -> list[Transport]:
+        """The transports ``old`` used and ``new`` does not, no longer offered to a publication.
+        Called as ``new`` is swapped in, before another publication can start."""
         keep = {id(d.transport) for d in new.deployments.values()}
         stale = {id(d.transport): d.transport for d in old.deployments.values() if id(d.transport) not in keep}
-        if not stale:
-            return
         for pid, (_, t) in list(self._transports.items()):
             if id(t) in stale:
                 del self._transports[pid]
+        return list(stale.values())
+
+    async def close_later(self, stale: list[Transport], grace_s: float = 60.0) -> None:
+        """Close ``stale`` (:meth:`detach`) after in-flight requests had time to end."""
         await asyncio.sleep(grace_s)
-        for t in stale.values():
+        for t in stale:
             if t in self._open:
                 self._open.remove(t)
             await t.aclose()

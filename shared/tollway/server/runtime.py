@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING
 
 from tollway.audit.pipeline import AuditPipeline
 from tollway.config.loader import load_config_with_warnings
-from tollway.config.root import Publisher, RootHolder
+from tollway.config.root import PublishedRoot, Publisher, RootHolder
 from tollway.config.schema import (
     AuditConfig,
     ContentConfig,
     CorsConfig,
     GovernanceConfig,
     PiiVaultConfig,
+    RouterConfig,
     TelemetryConfig,
 )
 from tollway.config.validate import CAPTURING_MODES
@@ -86,6 +87,8 @@ class GatewayRuntime:
     _stamp: tuple[float, int] | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _publishing: asyncio.Future[PublishedRoot] | None = None
+    """A reload's publication, running in a thread; ``aclose`` waits for it."""
 
     @classmethod
     def load(cls, config_path: Path, *, transport_factory: TransportFactory = build_transport) -> GatewayRuntime:
@@ -276,7 +279,7 @@ class GatewayRuntime:
         active = self.holder.root
         try:
             cfg, warnings = await asyncio.to_thread(load_config_with_warnings, self.config_path)
-            candidate = self.publisher.publish(cfg)
+            candidate = await self._publish(cfg)
         except ConfigError as exc:
             log.error(
                 "config reload rejected; generation %d stays active: %s",
@@ -304,10 +307,22 @@ class GatewayRuntime:
         old = self.holder.swap(candidate)
         log.info("config generation %d active (digest %s)", candidate.generation, candidate.digest[:12])
         _log_warnings(warnings)
-        task = asyncio.ensure_future(self.publisher.retire(old, candidate))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        stale = self.publisher.detach(old, candidate)  # before the lock goes: the next publication builds anew
+        if stale:
+            task = asyncio.ensure_future(self.publisher.close_later(stale))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return "applied"
+
+    async def _publish(self, cfg: RouterConfig) -> PublishedRoot:
+        """Publish ``cfg`` in a thread: publication blocks (AWS credential chains, Google token and
+        secret fetches, conformance results, a Presidio model's first load), and on the event loop
+        it stalled every open stream for as long. The reload lock keeps one publication at a time;
+        the stages are compiled again here, on the loop, in case the audit stage was attached while
+        it ran (pricing updates take the reload lock)."""
+        future = self._publishing = asyncio.ensure_future(asyncio.to_thread(self.publisher.publish, cfg))
+        candidate = await asyncio.shield(future)  # a cancelled reload leaves it to finish: aclose waits
+        return self.publisher.restage(candidate)
 
     async def watch(self, interval_s: float = 1.0) -> None:
         """Poll the file's mtime and size; reload when they change."""
@@ -321,6 +336,11 @@ class GatewayRuntime:
     async def aclose(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+        publishing = self._publishing
+        if publishing is not None:  # its transports must be in the publisher's list when it closes
+            await asyncio.wait([publishing])
+            if not publishing.cancelled():
+                publishing.exception()  # retrieved: a reload cancelled while it ran logs nothing
         if self.tracer is not None:
             await asyncio.to_thread(self.tracer.shutdown)
         await self.governor.ledger.aclose()  # gives unused lease units back to the shared store

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -239,3 +240,41 @@ async def test_a_released_stream_hands_its_request_permit_to_the_oldest_waiter(
     await asyncio.wait_for(second, 5)
     admission.release(stream=False)
     assert admission.requests == 0
+
+
+async def test_a_reload_publishes_off_the_loop_and_close_waits_for_a_cancelled_one(
+    mocked: Mocked, config_file: Write
+) -> None:
+    """Publication blocks (credential chains, token and secret fetches), so it runs in a thread:
+    requests go on meanwhile. A reload cancelled while it runs leaves it to finish, and ``aclose``
+    waits for it, so the transports it built are closed with the rest."""
+    rt = mocked.load(config_file(router_config(0, 1)))
+    gate, building = threading.Event(), threading.Event()
+    threads: list[int] = []
+    build = rt.publisher.transport_factory
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.get_ident())
+        building.set()
+        gate.wait(10)
+        return build(*args, **kwargs)
+
+    rt.publisher.transport_factory = held
+    changed = router_config(0, 1)
+    changed["providers"]["p1"]["requestTimeoutMs"] = 12345  # p1's transport is built again
+    config_file(changed)
+    reload = asyncio.ensure_future(rt.reload())
+    closing: asyncio.Future[None] | None = None
+    try:
+        assert await asyncio.to_thread(building.wait, 10)
+        assert threads == [threads[0]] and threads[0] != threading.get_ident()
+        assert await _ask(rt) == "from p0", "served while the publication is held"
+        reload.cancel()
+        closing = asyncio.ensure_future(rt.aclose())
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not closing.done(), "aclose waits for the publication it would otherwise leak"
+    finally:
+        gate.set()
+    await closing
+    assert len(mocked.transport.built) == 3 and all(t.closed for t in mocked.transport.built)
