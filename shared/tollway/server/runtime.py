@@ -321,7 +321,11 @@ class GatewayRuntime:
         the stages are compiled again here, on the loop, in case the audit stage was attached while
         it ran (pricing updates take the reload lock)."""
         future = self._publishing = asyncio.ensure_future(asyncio.to_thread(self.publisher.publish, cfg))
-        candidate = await asyncio.shield(future)  # a cancelled reload leaves it to finish: aclose waits
+        try:
+            candidate = await asyncio.shield(future)  # a cancelled reload leaves it to finish: aclose waits
+        finally:
+            if future.done():
+                self._publishing = None
         return self.publisher.restage(candidate)
 
     async def watch(self, interval_s: float = 1.0) -> None:
