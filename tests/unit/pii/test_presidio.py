@@ -27,7 +27,14 @@ from tollway.pii.detectors import (
     Dictionary,
     build_detector,
 )
-from tollway.pii.presidio import MODEL_PACKAGE, PRESIDIO_KINDS, PresidioDetector, build_presidio_detector
+from tollway.pii.presidio import (
+    MODEL_PACKAGE,
+    PRESIDIO_KINDS,
+    PresidioDetector,
+    build_presidio_detector,
+    model_digest,
+    verify_model,
+)
 
 PLACEHOLDER = "[TWPII1_PERSON_K3Q7ZB2M5XW4A6RT_PZ4D7LQ2HX3NB]"
 
@@ -249,3 +256,36 @@ def test_the_default_path_never_imports_presidio_or_spacy() -> None:
         [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=60, check=False
     )
     assert run.returncode == 0, run.stderr
+
+
+def _model_tree(root: Path) -> Path:
+    (root / "pkg-1.0" / "ner").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "pkg-1.0" / "ner" / "model").write_bytes(b"\x00weights\x01")
+    (root / "pkg-1.0" / "config.cfg").write_text("[nlp]\n")
+    return root
+
+
+def test_the_model_digest_covers_every_file_s_path_and_bytes(tmp_path: Path) -> None:
+    root = _model_tree(tmp_path / "model")
+    digest = model_digest(root)
+    assert digest == model_digest(root)
+    (root / "__pycache__").mkdir()
+    (root / "__pycache__" / "x.pyc").write_bytes(b"compiled here")
+    assert model_digest(root) == digest, "bytecode compiled on this machine is not the model"
+    (root / "pkg-1.0" / "ner" / "model").write_bytes(b"\x00weights\x02")
+    changed = model_digest(root)
+    assert changed != digest
+    (root / "pkg-1.0" / "ner" / "model").rename(root / "pkg-1.0" / "ner" / "model2")
+    assert model_digest(root) not in (digest, changed), "a renamed file changes it"
+
+
+def test_a_model_whose_files_differ_from_the_pin_is_refused(tmp_path: Path) -> None:
+    root = _model_tree(tmp_path / "model")
+    verify_model(root, expected=model_digest(root))
+    with pytest.raises(DetectorConfigError, match="is not the pinned model"):
+        verify_model(root, expected="0" * 64)
+
+
+def test_the_installed_model_is_the_pinned_one() -> None:
+    verify_model()  # raises if the package on this machine is not the one the digest pins
