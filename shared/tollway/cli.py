@@ -39,6 +39,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
+from tollway.pids import alive
 from tollway.up_state import UpState, read_state, remove_state, write_state
 
 __all__ = ["main", "preflight", "stop_in_order"]
@@ -344,23 +345,13 @@ def sweep_metrics_dirs(temp: Path) -> list[Path]:
     for entry in temp.glob(f"{_METRICS_PREFIX}*-*"):
         owner = entry.name.removeprefix(_METRICS_PREFIX).split("-", 1)[0]
         try:
-            if not owner.isdigit() or entry.lstat().st_uid != uid or not entry.is_dir() or _alive(int(owner)):
+            if not owner.isdigit() or entry.lstat().st_uid != uid or not entry.is_dir() or alive(int(owner)):
                 continue
         except OSError:
             continue
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
 
 
 def _start_metrics(config_path: str) -> str | None:

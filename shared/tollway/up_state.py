@@ -10,10 +10,11 @@ the endpoint, the stage, the region and the pid of ``up``.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
+
+from tollway.pids import alive
 
 __all__ = ["STATE_FILE", "UpState", "read_state", "remove_state", "write_state"]
 
@@ -48,7 +49,7 @@ def read_state(directory: Path = Path()) -> UpState | None:
         state = UpState(str(data["endpoint"]), str(data["stage"]), str(data["region"]), int(data["pid"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return state if _running(state.pid) else None
+    return state if alive(state.pid) else None
 
 
 def remove_state(pid: int, directory: Path = Path()) -> None:
@@ -59,15 +60,3 @@ def remove_state(pid: int, directory: Path = Path()) -> None:
             path.unlink()
     except (OSError, ValueError, KeyError, TypeError):
         pass
-
-
-def _running(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

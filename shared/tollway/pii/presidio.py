@@ -107,7 +107,7 @@ def model_digest(root: Path) -> str:
 
 def verify_model(root: Path | None = None, expected: str = MODEL_SHA256) -> None:
     """Raise ``DetectorConfigError`` unless the model package's files (found without importing it)
-    have the pinned digest. Reads its 15 MB once (51–74 ms on a loaded 2-core host), before a load
+    have the pinned digest. Reads its 15 MB once (51 to 74 ms on a loaded 2-core host), before a load
     that takes about a second."""
     if root is None:
         spec = importlib.util.find_spec(MODEL_PACKAGE)

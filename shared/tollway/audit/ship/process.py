@@ -51,6 +51,7 @@ from tollway.audit.ship.shipper import Shipper
 from tollway.audit.ship.sinks import KafkaSink, SinkUnavailable
 from tollway.audit.wal import WalError, WalReader
 from tollway.audit.wal.dirs import ORPHAN_IDLE_S, ORPHAN_RETIRE_S, ShipLock, ship_orphans
+from tollway.pids import alive
 
 __all__ = ["main"]
 
@@ -267,17 +268,6 @@ class _Passes:
             self._idle.close()
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` still exists (until its parent reaps it, a killed process still does)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _ship_orphans(
     root: Path,
     dirs: list[_Directory],
@@ -342,7 +332,7 @@ def run(
     )
     try:
         while not stop.is_set():
-            if not _alive(parent):
+            if not alive(parent):
                 log.info("audit shipper: the gateway is gone; last drain")
                 break
             ok = passes.run(dirs)
