@@ -299,6 +299,9 @@ class Publisher:
     _transports: dict[str, tuple[str, Transport]] = field(default_factory=dict)
     _open: list[Transport] = field(default_factory=list)
     """Every transport built and not yet closed, including ones a newer root replaced."""
+    _undo: list[tuple[str, tuple[str, Transport] | None, Transport]] = field(default_factory=list)
+    """What the last publication changed in the cache, until it is committed or discarded: each
+    provider id, its previous entry, and the transport built in its place."""
     _generation: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     config_dir: Path | None = None
     """Where relative pricing file paths resolve (the config file's folder)."""
@@ -325,8 +328,31 @@ class Publisher:
         aliases = {name: dataclasses.replace(plan, stages=staged[name]) for name, plan in root.aliases.items()}
         return dataclasses.replace(root, aliases=MappingProxyType(aliases))
 
+    def commit(self) -> None:
+        """The last publication's root went live: the transports it built stay."""
+        self._undo.clear()
+
+    def discard(self) -> list[Transport]:
+        """The last publication's root will not go live (it failed, was rejected or changed
+        nothing): the cache is as it was before it, and the transports it built, which no request
+        has used, are returned to be closed."""
+        built: list[Transport] = []
+        for pid, previous, transport in reversed(self._undo):
+            if previous is None:
+                self._transports.pop(pid, None)
+            else:
+                self._transports[pid] = previous
+            if transport in self._open:
+                self._open.remove(transport)
+            built.append(transport)
+        self._undo.clear()
+        return built
+
     def publish(self, cfg: RouterConfig) -> PublishedRoot:
-        """Compile ``cfg`` (already validated) into a new root. Raises ``ConfigError``."""
+        """Compile ``cfg`` (already validated) into a new root. Raises ``ConfigError``. Until
+        :meth:`commit` or :meth:`discard`, the transports it builds replace their providers' cached
+        ones, and the next publication starts a new record."""
+        self._undo.clear()
         issues = check_config(cfg, self.config_dir)  # reads results only when a route requires them
         if issues:
             raise ConfigError(issues)
@@ -441,6 +467,7 @@ class Publisher:
                 else:
                     transport = self.transport_factory(cfg.httpClient, settings, auth)
                 self._open.append(transport)
+                self._undo.append((pid, cached, transport))
                 self._transports[pid] = (fingerprint, transport)
             out[pid] = Deployment(
                 id=pid,

@@ -107,6 +107,7 @@ class GatewayRuntime:
             stages=stage_compiler(governor, None, pii),
         )
         root = publisher.publish(cfg)
+        publisher.commit()
         _log_warnings(warnings)
         runtime = cls(
             config_path=config_path,
@@ -277,10 +278,14 @@ class GatewayRuntime:
     async def _reload_once(self) -> str:
         """``applied``, ``unchanged``, ``rejected`` (invalid) or ``unreadable``."""
         active = self.holder.root
+        published = False
         try:
             cfg, warnings = await asyncio.to_thread(load_config_with_warnings, self.config_path)
+            published = True
             candidate = await self._publish(cfg)
         except ConfigError as exc:
+            if published:
+                await self._discard()
             log.error(
                 "config reload rejected; generation %d stays active: %s",
                 active.generation,
@@ -288,6 +293,8 @@ class GatewayRuntime:
             )
             return "rejected"
         except OSError as exc:
+            if published:
+                await self._discard()
             log.error(
                 "config reload failed to read the file (%s); generation %d stays active",
                 exc.strerror,
@@ -296,6 +303,7 @@ class GatewayRuntime:
             return "unreadable"
         if self.content is None and any(plan.content is not None for plan in candidate.aliases.values()):
             # The content writer and its store start with the process: a reload cannot start them.
+            await self._discard()
             log.error(
                 "config reload rejected; generation %d stays active: an alias's contentMode now captures "
                 "content, which starts with the process: restart it to turn capture on",
@@ -303,8 +311,10 @@ class GatewayRuntime:
             )
             return "rejected"
         if candidate.digest == active.digest and candidate.pricing.version == active.pricing.version:
+            await self._discard()
             return "unchanged"
         old = self.holder.swap(candidate)
+        self.publisher.commit()
         log.info("config generation %d active (digest %s)", candidate.generation, candidate.digest[:12])
         _log_warnings(warnings)
         stale = self.publisher.detach(old, candidate)  # before the lock goes: the next publication builds anew
@@ -314,12 +324,25 @@ class GatewayRuntime:
             task.add_done_callback(self._tasks.discard)
         return "applied"
 
+    async def _discard(self) -> None:
+        """The candidate stays out: close what its publication built (no request used it) and give
+        the providers their cached transports back, so the next reload reuses the active ones."""
+        for transport in self.publisher.discard():
+            await transport.aclose()
+
     async def _publish(self, cfg: RouterConfig) -> PublishedRoot:
         """Publish ``cfg`` in a thread: publication blocks (AWS credential chains, Google token and
         secret fetches, conformance results, a Presidio model's first load), and on the event loop
         it stalled every open stream for as long. The reload lock keeps one publication at a time;
         the stages are compiled again here, on the loop, in case the audit stage was attached while
         it ran (pricing updates take the reload lock)."""
+        abandoned = self._publishing
+        if abandoned is not None:  # a cancelled reload's publication still runs: one at a time
+            await asyncio.wait([abandoned])
+            if not abandoned.cancelled():
+                abandoned.exception()  # retrieved: it was never going to be reported
+            self._publishing = None
+            await self._discard()  # its root never went live
         future = self._publishing = asyncio.ensure_future(asyncio.to_thread(self.publisher.publish, cfg))
         try:
             candidate = await asyncio.shield(future)  # a cancelled reload leaves it to finish: aclose waits

@@ -278,3 +278,28 @@ async def test_a_reload_publishes_off_the_loop_and_close_waits_for_a_cancelled_o
         gate.set()
     await closing
     assert len(mocked.transport.built) == 3 and all(t.closed for t in mocked.transport.built)
+
+
+async def test_a_rejected_publication_closes_what_it_built_and_keeps_the_warm_transports(
+    runtime: GatewayRuntime, mocked: Mocked, config_file: Write
+) -> None:
+    """p0's settings change, then p1's credential does not resolve: publication fails after building
+    p0 a new transport. That one is closed, and p0's cache slot is the active transport again, so a
+    later reload that leaves p0 as it is keeps its warm pool."""
+    active = runtime.holder.root
+    warm = active.deployments["p0"].transport
+    failing = router_config(0, 1, maxConcurrentRequests=1, maxConcurrentStreams=1)
+    failing["providers"]["p0"]["requestTimeoutMs"] = 12345
+    failing["providers"]["p1"]["credentials"] = [{"id": "c1", "secretRef": "env:TOLLWAY_TEST_UNSET_SECRET"}]
+    config_file(failing)
+    built = len(mocked.transport.built)
+
+    assert await runtime.reload() is False
+
+    assert runtime.holder.root is active
+    (discarded,) = mocked.transport.built[built:]
+    assert discarded.closed and not warm.closed  # type: ignore[attr-defined]
+    config_file(router_config(1, 0, maxConcurrentRequests=1, maxConcurrentStreams=1))  # p0 unchanged
+    assert await runtime.reload() is True
+    assert runtime.holder.root.deployments["p0"].transport is warm
+    assert len(mocked.transport.built) == built + 1
