@@ -278,14 +278,10 @@ class GatewayRuntime:
     async def _reload_once(self) -> str:
         """``applied``, ``unchanged``, ``rejected`` (invalid) or ``unreadable``."""
         active = self.holder.root
-        published = False
         try:
             cfg, warnings = await asyncio.to_thread(load_config_with_warnings, self.config_path)
-            published = True
             candidate = await self._publish(cfg)
         except ConfigError as exc:
-            if published:
-                await self._discard()
             log.error(
                 "config reload rejected; generation %d stays active: %s",
                 active.generation,
@@ -293,8 +289,6 @@ class GatewayRuntime:
             )
             return "rejected"
         except OSError as exc:
-            if published:
-                await self._discard()
             log.error(
                 "config reload failed to read the file (%s); generation %d stays active",
                 exc.strerror,
@@ -335,7 +329,8 @@ class GatewayRuntime:
         secret fetches, conformance results, a Presidio model's first load), and on the event loop
         it stalled every open stream for as long. The reload lock keeps one publication at a time;
         the stages are compiled again here, on the loop, in case the audit stage was attached while
-        it ran (pricing updates take the reload lock)."""
+        it ran (pricing updates take the reload lock). A publication that fails is discarded here:
+        what it built is closed, and the cache is as it was."""
         abandoned = self._publishing
         if abandoned is not None:  # a cancelled reload's publication still runs: one at a time
             await asyncio.wait([abandoned])
@@ -346,6 +341,9 @@ class GatewayRuntime:
         future = self._publishing = asyncio.ensure_future(asyncio.to_thread(self.publisher.publish, cfg))
         try:
             candidate = await asyncio.shield(future)  # a cancelled reload leaves it to finish: aclose waits
+        except Exception:
+            await self._discard()  # it failed: nothing it built goes live
+            raise
         finally:
             if future.done():
                 self._publishing = None
