@@ -172,20 +172,14 @@ def _wait_for(predicate: Callable[[], Any], timeout: float) -> Any:
         time.sleep(0.05)
 
 
-def _access_line(gateway: Gateway, request_id: str) -> dict[str, Any] | None:
-    for line in gateway.proc.log_lines():
-        if request_id in line and '"logger":"tollway.access"' in line:
-            record: dict[str, Any] = json.loads(line)
-            if record.get("request_id") == request_id:
-                return record
-    return None
-
-
 def _access(gateway: Gateway, request_id: str, timeout: float = 10) -> dict[str, Any]:
     """The request's access-log record, written once its response has ended."""
-    record = _wait_for(lambda: _access_line(gateway, request_id), timeout)
-    assert record is not None, f"no access-log line for {request_id}:\n{gateway.proc.log()[-4000:]}"
-    return dict(record)
+    line = gateway.proc.wait_log_line(
+        lambda ln: f'"request_id":"{request_id}"' in ln and '"logger":"tollway.access"' in ln, timeout
+    )
+    record: dict[str, Any] = json.loads(line)
+    assert record["request_id"] == request_id
+    return record
 
 
 def _mock_log(mock: Proc) -> list[tuple[int, str]]:
